@@ -1,0 +1,89 @@
+// Command rxlane makes the Linux receive path of container overlay networks
+// fair to latency-sensitive flows and fast for heavy ones. This file only
+// wires the verb groups together; each group lives in its own file and calls
+// into internal/.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// usageError marks errors caused by bad input, so main can print the usage
+// hint next to them and exit with status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "rxlane",
+		Short: "Priority lanes, stage steering and isolation for the overlay receive path",
+		Long: `rxlane makes the Linux receive path of container overlay networks (VXLAN +
+bridge + veth) fair to latency-sensitive flows and fast for heavy ones.
+
+Verb groups:
+  testbed   build a two-host VXLAN overlay in network namespaces
+  bench     measure latency and throughput on the testbed
+  trace     trace the real kernel receive path with BPF (NAPI poll order,
+            softirqs per packet, per-stage delay)
+  sim       discrete-event simulation of the NAPI/softirq receive path
+
+Most verbs need root (network namespaces, BPF).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newTestbedCmd(), newBenchCmd(), newTraceCmd())
+	for _, add := range extraCommands {
+		root.AddCommand(add())
+	}
+	return root
+}
+
+// extraCommands lets verb groups register themselves from their own file
+// (init), so main.go does not change when a group is added.
+var extraCommands []func() *cobra.Command
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "rxlane: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsageError(err) {
+		fmt.Fprintln(os.Stderr, "run 'rxlane --help' or 'rxlane VERB --help' for usage")
+		os.Exit(2)
+	}
+	if errors.Is(err, context.Canceled) {
+		os.Exit(130)
+	}
+	os.Exit(1)
+}
+
+// isCobraUsageError recognises the argument and command errors cobra
+// creates itself (it has no typed errors for them).
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "requires at most", "invalid argument", "flag needs an argument", "required flag"} {
+		if len(msg) >= len(p) && (msg[:len(p)] == p) {
+			return true
+		}
+	}
+	return false
+}
