@@ -1,0 +1,45 @@
+# rxlane — see README.md. Targets that touch the kernel need root.
+GO      ?= go
+BIN     := bin/rxlane
+OUT     ?= out
+
+.PHONY: all setup build generate check-generate vet test demo bench clean
+
+all: build
+
+setup:
+	scripts/setup
+
+build:
+	$(GO) build -o $(BIN) ./cmd/rxlane
+
+# Regenerate the BPF objects and their Go bindings (needs clang).
+generate:
+	$(GO) generate ./...
+
+# CI: the committed BPF objects must match their sources.
+check-generate: generate
+	git diff --exit-code -- '*_bpfel.go' '*_bpfel.o' || { echo "generated BPF files are stale: run 'make generate' and commit"; exit 1; }
+
+vet:
+	@test -z "$$(gofmt -l cmd internal)" || { gofmt -l cmd internal; echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+
+# Unit and namespace tests. Packages run one at a time (-p 1) so that
+# namespace tests that send load do not disturb tracer tests.
+test: vet check-generate
+	$(GO) test -count=1 -p 1 -timeout 30m ./...
+
+# The main job: build the testbed, compare idle vs busy latency over the
+# overlay and the host path, print the table, write the plot, tear down.
+demo: setup build
+	mkdir -p $(OUT)
+	$(BIN) bench latency --prefix demo --json-out $(OUT)/latency.json --plot $(OUT)/latency-cdf.svg --plot $(OUT)/latency-cdf.png
+
+bench: build
+	flock /tmp/rxlane-cpu.lock $(GO) test -run '^$$' -bench . -benchtime 2s ./internal/...
+	mkdir -p $(OUT)
+	flock /tmp/rxlane-cpu.lock $(BIN) bench latency --prefix bench --json-out $(OUT)/latency.json --plot $(OUT)/latency-cdf.svg
+
+clean:
+	rm -rf bin $(OUT)

@@ -1,0 +1,286 @@
+// Package testbed builds and tears down the lab's two-host VXLAN overlay in
+// network namespaces, with netlink only:
+//
+//	ctrA ──veth── hostA[brA + vxA] ══ wire (veth) ══ hostB[vxB + brB] ──veth── ctrB
+//
+// hostA and hostB are the "hosts" joined by a veth pair acting as the wire
+// (underlay addresses exist only inside their namespaces); each host has a
+// VXLAN device on a Linux bridge, and a container namespace attached to the
+// bridge. The wire also carries the direct host-to-host path used for
+// "host network" comparisons. Everything lives in namespaces whose names
+// start with a configurable prefix, so deleting them undoes everything.
+package testbed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// Node names a namespace of the testbed.
+type Node string
+
+const (
+	HostA Node = "hostA"
+	HostB Node = "hostB"
+	CtrA  Node = "ctrA"
+	CtrB  Node = "ctrB"
+)
+
+// Nodes lists every node in creation order.
+var Nodes = []Node{HostA, HostB, CtrA, CtrB}
+
+// Device names. They are unique across the testbed so that kernel traces,
+// which name devices but not namespaces, stay unambiguous.
+const (
+	WireA = "wireA"
+	WireB = "wireB"
+	VxA   = "vxA"
+	VxB   = "vxB"
+	BrA   = "brA"
+	BrB   = "brB"
+	VhA   = "vhA" // host side of container A's veth pair, on brA
+	VhB   = "vhB"
+	CtA   = "ctA" // container A's interface
+	CtB   = "ctB"
+)
+
+// Addresses. Underlay and overlay use the RFC 2544 benchmarking range and
+// exist only inside the testbed's namespaces.
+var (
+	UnderlayA = net.IPv4(198, 18, 0, 1)
+	UnderlayB = net.IPv4(198, 18, 0, 2)
+	OverlayA  = net.IPv4(198, 19, 0, 1)
+	OverlayB  = net.IPv4(198, 19, 0, 2)
+	// Fixed MACs let the load generator build ready-made frames.
+	MACWireA = net.HardwareAddr{0x02, 0x72, 0x78, 0xff, 0x00, 0x01}
+	MACWireB = net.HardwareAddr{0x02, 0x72, 0x78, 0xff, 0x00, 0x02}
+	MACCtA   = net.HardwareAddr{0x02, 0x72, 0x78, 0x00, 0x00, 0x01}
+	MACCtB   = net.HardwareAddr{0x02, 0x72, 0x78, 0x00, 0x00, 0x02}
+)
+
+const (
+	prefixLen     = 24
+	wireMTU       = 1500
+	vxlanOverhead = 50 // outer IPv4 20 + UDP 8 + VXLAN 8 + inner Ethernet 14
+)
+
+// Layout is a receive-core layout: which CPUs the senders, the receiving
+// applications and the receiving host's stages run on.
+type Layout string
+
+const (
+	// LayoutShared changes nothing: the kernel's default. veth does the
+	// wire's receive work on the sending CPU, so the receiving host's
+	// stages run wherever the sender runs.
+	LayoutShared Layout = "shared"
+	// LayoutRxCore emulates one dedicated receive core, as in the papers'
+	// testbeds: RPS on hostB's wire moves every receive stage of hostB to
+	// RxCPU, while senders and applications are pinned to AppCPU.
+	LayoutRxCore Layout = "rxcore"
+)
+
+// Config describes a testbed. The zero value is not valid; use Defaults.
+type Config struct {
+	Prefix string `json:"prefix"`
+	VNI    int    `json:"vni"`
+	Port   int    `json:"port"`
+	Layout Layout `json:"layout"`
+	RxCPU  int    `json:"rx_cpu"`
+	AppCPU int    `json:"app_cpu"`
+}
+
+// Defaults returns the default configuration.
+func Defaults() Config {
+	return Config{Prefix: "rxl", VNI: 42, Port: 4789, Layout: LayoutRxCore, RxCPU: 1, AppCPU: 0}
+}
+
+var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
+
+// Validate checks a configuration against the machine; errors name the
+// field.
+func (c Config) Validate() error {
+	if !prefixRE.MatchString(c.Prefix) {
+		return fmt.Errorf("prefix %q: want 1-12 lowercase letters or digits, starting with a letter", c.Prefix)
+	}
+	if c.VNI < 1 || c.VNI > 1<<24-1 {
+		return fmt.Errorf("vni %d: want 1..16777215", c.VNI)
+	}
+	if c.Port < 1 || c.Port > 65535 {
+		return fmt.Errorf("port %d: want 1..65535", c.Port)
+	}
+	switch c.Layout {
+	case LayoutShared:
+	case LayoutRxCore:
+		n := runtime.NumCPU()
+		if c.RxCPU < 0 || c.RxCPU >= n {
+			return fmt.Errorf("rx-cpu %d: this machine has CPUs 0..%d", c.RxCPU, n-1)
+		}
+		if c.AppCPU < 0 || c.AppCPU >= n {
+			return fmt.Errorf("app-cpu %d: this machine has CPUs 0..%d", c.AppCPU, n-1)
+		}
+		if c.AppCPU == c.RxCPU && n > 1 {
+			return fmt.Errorf("app-cpu and rx-cpu are both %d: the rxcore layout needs two different CPUs", c.RxCPU)
+		}
+	default:
+		return fmt.Errorf("layout %q: want %q or %q", c.Layout, LayoutShared, LayoutRxCore)
+	}
+	return nil
+}
+
+// NS returns the namespace name of a node.
+func (c Config) NS(n Node) string { return c.Prefix + "-" + string(n) }
+
+// OverlayMTU is the MTU of the VXLAN device, the bridge and the container
+// veths, chosen so that encapsulated frames fit the wire without
+// fragmentation.
+func OverlayMTU() int { return wireMTU - vxlanOverhead }
+
+// SenderCPUs is where load generators and clients are pinned (nil: not
+// pinned).
+func (c Config) SenderCPUs() []int {
+	if c.Layout == LayoutRxCore {
+		return []int{c.AppCPU}
+	}
+	return nil
+}
+
+// AppCPUs is where receiving applications are pinned (nil: not pinned).
+func (c Config) AppCPUs() []int { return c.SenderCPUs() }
+
+// ParseNode accepts a node name as printed by status.
+func ParseNode(s string) (Node, error) {
+	for _, n := range Nodes {
+		if strings.EqualFold(s, string(n)) {
+			return n, nil
+		}
+	}
+	names := make([]string, len(Nodes))
+	for i, n := range Nodes {
+		names[i] = string(n)
+	}
+	return "", fmt.Errorf("unknown node %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+// StateDir keeps one JSON file per testbed so status, exec and bench can
+// recall its configuration. It lives on tmpfs: a reboot removes namespaces
+// and state together.
+var StateDir = "/run/rxlane/testbed"
+
+func statePath(prefix string) string { return filepath.Join(StateDir, prefix+".json") }
+
+func saveState(c Config) error {
+	if err := os.MkdirAll(StateDir, 0o755); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	b, _ := json.MarshalIndent(c, "", "  ")
+	tmp := statePath(c.Prefix) + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return os.Rename(tmp, statePath(c.Prefix))
+}
+
+// ErrNotUp is returned when a testbed with the given prefix does not exist.
+var ErrNotUp = errors.New("testbed is not up")
+
+// Load returns the configuration of a running testbed.
+func Load(prefix string) (Config, error) {
+	b, err := os.ReadFile(statePath(prefix))
+	if errors.Is(err, os.ErrNotExist) {
+		return Config{}, fmt.Errorf("testbed %q: %w (run 'rxlane testbed up --prefix %s')", prefix, ErrNotUp, prefix)
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("read state: %w", err)
+	}
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Config{}, fmt.Errorf("parse state %s: %w", statePath(prefix), err)
+	}
+	return c, nil
+}
+
+// Up builds the testbed. It is idempotent: a complete testbed with the same
+// configuration is left as it is. Anything else carrying the prefix (a
+// half-built testbed) is removed first. If building fails or ctx is
+// cancelled, everything made so far is removed before Up returns.
+func Up(ctx context.Context, c Config) (err error) {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if old, lerr := Load(c.Prefix); lerr == nil {
+		if old != c {
+			return fmt.Errorf("testbed %q is up with a different configuration (%+v): run 'rxlane testbed down --prefix %s' first", c.Prefix, old, c.Prefix)
+		}
+		if st, serr := GetStatus(c); serr == nil && st.Healthy() {
+			return nil
+		}
+	}
+	if err := Down(c.Prefix); err != nil {
+		return fmt.Errorf("clear leftovers: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			if derr := Down(c.Prefix); derr != nil {
+				err = errors.Join(err, fmt.Errorf("cleanup after failed up: %w", derr))
+			}
+		}
+	}()
+	return build(ctx, c)
+}
+
+// Down removes every namespace of the testbed and its state file. It does
+// not need the state file, treats "not found" as success and can be
+// repeated.
+func Down(prefix string) error {
+	if !prefixRE.MatchString(prefix) {
+		return fmt.Errorf("prefix %q: want 1-12 lowercase letters or digits, starting with a letter", prefix)
+	}
+	c := Config{Prefix: prefix}
+	var errs []error
+	// Containers first: their veth peers disappear with them.
+	for _, n := range []Node{CtrA, CtrB, HostA, HostB} {
+		if err := deleteNS(c.NS(n)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(statePath(prefix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove state: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// List returns the prefixes of testbeds that have a state file.
+func List() ([]string, error) {
+	ents, err := os.ReadDir(StateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if p, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// cpuMask renders a CPU list as the hex mask sysfs expects.
+func cpuMask(cpus []int) string {
+	var m uint64
+	for _, c := range cpus {
+		m |= 1 << uint(c)
+	}
+	return strconv.FormatUint(m, 16)
+}
