@@ -1,7 +1,199 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/rxlane/rxlane/internal/bench"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/spf13/cobra"
+)
 
 func newBenchCmd() *cobra.Command {
-	return &cobra.Command{Use: "bench", Short: "bench (not yet built)"}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure latency and throughput on the testbed",
+	}
+	cmd.AddCommand(newBenchLatencyCmd(), newBenchAgentCmd())
+	return cmd
+}
+
+// testbedFlags adds the flags that pick or build the testbed a benchmark
+// runs on.
+func testbedFlags(cmd *cobra.Command, c *testbed.Config, layout *string) {
+	f := cmd.Flags()
+	f.StringVar(&c.Prefix, "prefix", c.Prefix, "testbed to use; built (and removed afterwards) if it is not up")
+	f.StringVar(layout, "layout", string(c.Layout), "receive-core layout when the testbed is built here: rxcore or shared")
+	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "receive CPU when the testbed is built here (layout rxcore)")
+	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "sender/application CPU when the testbed is built here (layout rxcore)")
+}
+
+func newBenchLatencyCmd() *cobra.Command {
+	o := bench.LatencyOptions{
+		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Rate: 2000, Size: 64,
+		BgRate: 150000, BgSize: 64, BgFlows: 1, HoldQoS: true,
+	}
+	o.Testbed.Prefix = "bench"
+	var (
+		layout         string
+		jsonOut, plots []string
+		asJSON         bool
+		paths, loads   string
+		dur, warm      = "5s", "500ms"
+	)
+	cmd := &cobra.Command{
+		Use:   "latency",
+		Short: "Latency of a request/response flow, idle vs under background load, overlay vs host",
+		Long: `Measures the round-trip latency of a small high-priority request/response flow
+(rxlane's own paced prober: tolerant of loss, reports loss) from hostA/ctrA
+to an echo server on hostB/ctrB, with and without a low-priority UDP flood
+into a second server on the same receiving node. This is the setting of
+PRISM's Fig. 3, 9 and 10.
+
+Cases: every path (overlay: ctrA -> ctrB over VXLAN; host: hostA -> hostB
+over the wire) times every load (idle; busy: --bg-rate packets/s of
+ready-made frames injected at hostA's wire, so the receiver's stages, not
+the sender, are the bottleneck). Each case runs --reps times; the table
+gives the median over repetitions and the range of p50 and p99, the
+background rate delivered, per-CPU busy %, NET_RX softirqs/s and drops at
+the socket, the backlog and every testbed device.
+
+With the default layout (rxcore), all of hostB's receive stages run on
+--rx-cpu and all processes run on --app-cpu: one busy receive core.
+/dev/cpu_dma_latency is held at 0 during the run (--hold-qos=false to
+measure with deep idle states; idle wake-ups add ~70 us on a VM).
+
+Examples:
+  rxlane bench latency
+  rxlane bench latency --paths overlay --bg-rate 300000 --reps 5 --json
+  rxlane bench latency --plot out/cdf.svg --json-out out/latency.json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Testbed.Layout = testbed.Layout(layout)
+			o.Paths = splitList(paths)
+			o.Loads = splitList(loads)
+			var err error
+			if o.Duration, err = parseDuration("duration", dur); err != nil {
+				return err
+			}
+			if o.Warmup, err = parseDuration("warmup", warm); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			if err := o.Testbed.Validate(); err != nil {
+				return usageError{err}
+			}
+			for _, p := range plots {
+				if err := checkPlotExt(p); err != nil {
+					return usageError{err}
+				}
+			}
+			o.Progress = cmd.ErrOrStderr()
+			rep, err := bench.Latency(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench latency: %w", err)
+			}
+			for _, f := range jsonOut {
+				if err := writeJSONFile(f, rep); err != nil {
+					return err
+				}
+			}
+			for _, p := range plots {
+				if err := rep.WritePlot(p); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", p)
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			rep.WriteTable(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	testbedFlags(cmd, &o.Testbed, &layout)
+	f := cmd.Flags()
+	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every case")
+	f.StringVar(&dur, "duration", dur, "measured time per case and repetition")
+	f.StringVar(&warm, "warmup", warm, "initial time whose samples are dropped")
+	f.StringVar(&o.Proto, "proto", o.Proto, "high-priority flow protocol: udp or tcp")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "high-priority requests per second")
+	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
+	f.Float64Var(&o.BgRate, "bg-rate", o.BgRate, "background packets per second (busy cases)")
+	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
+	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports)")
+	f.StringVar(&paths, "paths", "overlay,host", "paths to measure: overlay, host")
+	f.StringVar(&loads, "loads", "idle,busy", "loads to measure: idle, busy")
+	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
+	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
+	f.StringArrayVar(&plots, "plot", nil, "write the latency CDF plot to this file (.svg, .png or .pdf; repeatable)")
+	return cmd
+}
+
+// newBenchAgentCmd is the hidden verb benchmarks start inside testbed nodes.
+func newBenchAgentCmd() *cobra.Command {
+	var a bench.AgentArgs
+	cmd := &cobra.Command{
+		Use:    "agent ROLE",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a.Role = args[0]
+			return bench.RunAgent(cmd.Context(), a, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&a.Proto, "proto", "udp", "")
+	f.StringVar(&a.Addr, "addr", "", "")
+	f.IntVar(&a.Size, "size", 64, "")
+	f.Float64Var(&a.Rate, "rate", 1000, "")
+	f.DurationVar(&a.Duration, "duration", 0, "")
+	f.DurationVar(&a.Warmup, "warmup", 0, "")
+	f.StringVar(&a.Dev, "dev", "", "")
+	f.StringVar(&a.Path, "path", "overlay", "")
+	f.IntVar(&a.VNI, "vni", 42, "")
+	f.IntVar(&a.Port, "port", 4789, "")
+	f.IntVar(&a.DstPort, "dst-port", 9000, "")
+	f.IntVar(&a.Flows, "flows", 1, "")
+	return cmd
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func checkPlotExt(p string) error {
+	switch filepath.Ext(p) {
+	case ".svg", ".png", ".pdf":
+		return nil
+	}
+	return fmt.Errorf("plot %q: want a .svg, .png or .pdf file name", p)
+}
+
+func writeJSONFile(path string, v any) error {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	if err := writeJSON(f, v); err != nil {
+		f.Close()
+		return fmt.Errorf("write json: %w", err)
+	}
+	return f.Close()
 }

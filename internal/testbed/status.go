@@ -185,3 +185,41 @@ func Do(c Config, n Node, fn func() error) error {
 	}
 	return inNS(c.NS(n), false, fn)
 }
+
+// DropCounters are a device's drop counters.
+type DropCounters struct {
+	RxDropped uint64 `json:"rx_dropped"`
+	TxDropped uint64 `json:"tx_dropped"`
+	RxPackets uint64 `json:"rx_packets"`
+}
+
+// LinkDrops reads the drop counters of every device of the testbed, keyed
+// by device name (names are unique across the testbed).
+func LinkDrops(c Config) (map[string]DropCounters, error) {
+	out := map[string]DropCounters{}
+	for _, n := range Nodes {
+		fd, err := netns.GetFromName(c.NS(n))
+		if err != nil {
+			return nil, fmt.Errorf("open netns %s: %w", c.NS(n), err)
+		}
+		h, err := netlink.NewHandleAt(fd)
+		if err != nil {
+			fd.Close()
+			return nil, fmt.Errorf("netlink handle in %s: %w", c.NS(n), err)
+		}
+		links, err := h.LinkList()
+		h.Close()
+		fd.Close()
+		if err != nil {
+			return nil, fmt.Errorf("list links in %s: %w", c.NS(n), err)
+		}
+		for _, l := range links {
+			a := l.Attrs()
+			if a.Name == "lo" || a.Statistics == nil {
+				continue
+			}
+			out[a.Name] = DropCounters{RxDropped: a.Statistics.RxDropped, TxDropped: a.Statistics.TxDropped, RxPackets: a.Statistics.RxPackets}
+		}
+	}
+	return out, nil
+}

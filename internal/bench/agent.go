@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/testbed"
+	"golang.org/x/sys/unix"
+)
+
+// Load runs in agents: separate processes of rxlane itself (the hidden
+// `rxlane bench agent ROLE` verb), started inside a testbed node and pinned
+// to the layout's CPUs, so the kernel schedules the prober, the echo server,
+// the sink and the generator as it would separate applications. An agent
+// prints "ready" once its socket is open, then one JSON result line when it
+// finishes (at the end of its duration or on SIGTERM).
+
+// AgentArgs are the options of every agent role.
+type AgentArgs struct {
+	Role     string        // echo, sink, probe, inject
+	Proto    string        // udp or tcp (echo, probe)
+	Addr     string        // listen (echo, sink) or destination (probe) host:port
+	Size     int           // request size (echo, probe) or UDP payload (inject)
+	Rate     float64       // requests/s (probe) or packets/s (inject)
+	Duration time.Duration // probe, inject
+	Warmup   time.Duration // probe
+	Dev      string        // inject: device to send on
+	Path     string        // inject: overlay or host
+	VNI      int           // inject
+	Port     int           // inject: VXLAN port
+	DstPort  int           // inject: sink port
+	Flows    int           // inject: number of background flows
+}
+
+// Argv renders the args as the agent command line.
+func (a AgentArgs) Argv(self string) []string {
+	return []string{self, "bench", "agent", a.Role,
+		"--proto", a.Proto, "--addr", a.Addr, "--size", fmt.Sprint(a.Size),
+		"--rate", fmt.Sprint(a.Rate), "--duration", a.Duration.String(), "--warmup", a.Warmup.String(),
+		"--dev", a.Dev, "--path", a.Path, "--vni", fmt.Sprint(a.VNI), "--port", fmt.Sprint(a.Port),
+		"--dst-port", fmt.Sprint(a.DstPort), "--flows", fmt.Sprint(a.Flows)}
+}
+
+// RunAgent is the body of an agent process.
+func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
+	ready := func() { fmt.Fprintln(out, "ready") }
+	emit := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s\n", b)
+		return err
+	}
+	switch a.Role {
+	case "echo":
+		if a.Proto == "tcp" {
+			ln, err := net.Listen("tcp4", a.Addr)
+			if err != nil {
+				return fmt.Errorf("echo listen %s: %w", a.Addr, err)
+			}
+			ready()
+			if err := ServeEchoTCP(ctx, ln, a.Size); err != nil {
+				return err
+			}
+			return emit(struct{}{})
+		}
+		fd, err := udpSocket(a.Addr, "")
+		if err != nil {
+			return fmt.Errorf("echo: %w", err)
+		}
+		defer unix.Close(fd)
+		ready()
+		if err := serveEchoUDP(ctx, fd); err != nil {
+			return err
+		}
+		return emit(struct{}{})
+	case "sink":
+		fd, err := udpSocket(a.Addr, "")
+		if err != nil {
+			return fmt.Errorf("sink: %w", err)
+		}
+		defer unix.Close(fd)
+		ready()
+		return emit(RunSink(ctx, fd))
+	case "probe":
+		cfg := ProbeConfig{Proto: a.Proto, Dst: a.Addr, Rate: a.Rate, Duration: a.Duration, Size: a.Size, Warmup: a.Warmup, Grace: 500 * time.Millisecond}
+		var res ProbeResult
+		if a.Proto == "tcp" {
+			conn, err := net.Dial("tcp4", a.Addr)
+			if err != nil {
+				return fmt.Errorf("probe connect %s: %w", a.Addr, err)
+			}
+			ready()
+			res, err = RunProbeTCP(ctx, cfg, conn)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+		} else {
+			fd, err := udpSocket("", a.Addr)
+			if err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			defer unix.Close(fd)
+			ready()
+			res, err = RunProbeUDP(ctx, cfg, fd)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+		}
+		return emit(res)
+	case "inject":
+		frames := BackgroundFrames(a.Path, a.VNI, a.Port, a.DstPort, a.Size, a.Flows)
+		in, err := NewInjector(a.Dev, frames, 16)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		return emit(in.Run(ctx, a.Rate, a.Duration, ready))
+	}
+	return fmt.Errorf("unknown agent role %q", a.Role)
+}
+
+// BackgroundFrames builds one frame per background flow from hostA to the
+// sink on hostB (path host) or in ctrB (path overlay). Flows differ in
+// their UDP source port, and so in their hash.
+func BackgroundFrames(path string, vni, vxlanPort, dstPort, payload, flows int) [][]byte {
+	if flows < 1 {
+		flows = 1
+	}
+	var out [][]byte
+	for i := 0; i < flows; i++ {
+		s := FrameSpec{
+			SrcMAC: testbed.MACWireA, DstMAC: testbed.MACWireB,
+			SrcIP: testbed.UnderlayA, DstIP: testbed.UnderlayB,
+			SrcPort: uint16(20000 + i), DstPort: uint16(dstPort), Payload: payload,
+		}
+		if path == "overlay" {
+			s.VNI, s.VXLANPort = uint32(vni), uint16(vxlanPort)
+			s.InnerSrcMAC, s.InnerDstMAC = testbed.MACCtA, testbed.MACCtB
+			s.InnerSrcIP, s.InnerDstIP = testbed.OverlayA, testbed.OverlayB
+		}
+		out = append(out, s.Build())
+	}
+	return out
+}
+
+// agent is a running agent process, seen from the benchmark.
+type agent struct {
+	role  string
+	cmd   *testbed.Command
+	lines *bufio.Scanner
+	errb  *strings.Builder
+	done  chan error
+}
+
+// startAgent starts an agent in node n pinned to cpus and waits until it is
+// ready (bounded by a deadline, never by a sleep).
+func startAgent(c testbed.Config, n testbed.Node, cpus []int, a AgentArgs) (*agent, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	cmd := testbed.NewCommand(c, n, cpus, a.Argv(self)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	eb := &strings.Builder{}
+	cmd.Stderr = eb
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s agent: %w", a.Role, err)
+	}
+	ag := &agent{role: a.Role, cmd: cmd, lines: bufio.NewScanner(stdout), errb: eb, done: make(chan error, 1)}
+	ag.lines.Buffer(make([]byte, 1<<20), 256<<20)
+	readyc := make(chan bool, 1)
+	go func() { readyc <- ag.lines.Scan() && ag.lines.Text() == "ready" }()
+	select {
+	case ok := <-readyc:
+		if !ok {
+			err := cmd.Wait()
+			return nil, fmt.Errorf("%s agent in %s did not start: %v: %s", a.Role, n, err, strings.TrimSpace(eb.String()))
+		}
+	case <-time.After(10 * time.Second):
+		ag.kill()
+		return nil, fmt.Errorf("%s agent in %s: not ready after 10s", a.Role, n)
+	}
+	return ag, nil
+}
+
+// result waits for the agent's JSON result line (after stop, or at the end
+// of its own duration) and decodes it into v.
+func (ag *agent) result(v any) error {
+	var line string
+	if ag.lines.Scan() {
+		line = ag.lines.Text()
+	}
+	werr := ag.cmd.Wait()
+	if line == "" {
+		return fmt.Errorf("%s agent gave no result (%v): %s", ag.role, werr, strings.TrimSpace(ag.errb.String()))
+	}
+	if err := json.Unmarshal([]byte(line), v); err != nil {
+		return fmt.Errorf("decode %s agent result: %w", ag.role, err)
+	}
+	return nil
+}
+
+// stop asks the agent to finish (SIGTERM to the PID we started) and reads
+// its result.
+func (ag *agent) stop(v any) error {
+	ag.cmd.Process.Signal(syscall.SIGTERM)
+	return ag.result(v)
+}
+
+// kill ends the agent without waiting for a result.
+func (ag *agent) kill() {
+	ag.cmd.Process.Kill()
+	ag.cmd.Wait()
+}

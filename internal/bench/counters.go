@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPUSample is one CPU's counters at an instant.
+type CPUSample struct {
+	IdleTicks    uint64 // idle + iowait, USER_HZ
+	SoftirqTicks uint64
+	NetRX        uint64 // NET_RX softirqs raised and run (/proc/softirqs)
+	BacklogDrops uint64 // /proc/net/softnet_stat column 2
+	Squeezed     uint64 // time_squeeze: net_rx_action ran out of budget/time
+}
+
+// HostSample is a snapshot of the machine-wide counters a run reads before
+// and after.
+type HostSample struct {
+	At   time.Time
+	CPUs []CPUSample
+}
+
+// userHZ is the unit of /proc/stat; it is 100 on every Linux architecture
+// that matters here.
+const userHZ = 100
+
+// SampleHost reads /proc/stat, /proc/softirqs and /proc/net/softnet_stat.
+func SampleHost() (HostSample, error) {
+	s := HostSample{At: time.Now()}
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	for _, line := range strings.Split(string(stat), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		id, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			continue
+		}
+		for len(s.CPUs) <= id {
+			s.CPUs = append(s.CPUs, CPUSample{})
+		}
+		idle, _ := strconv.ParseUint(f[4], 10, 64)
+		iowait, _ := strconv.ParseUint(f[5], 10, 64)
+		sirq, _ := strconv.ParseUint(f[7], 10, 64)
+		s.CPUs[id].IdleTicks = idle + iowait
+		s.CPUs[id].SoftirqTicks = sirq
+	}
+	sirqs, err := os.ReadFile("/proc/softirqs")
+	if err != nil {
+		return s, fmt.Errorf("read /proc/softirqs: %w", err)
+	}
+	for _, line := range strings.Split(string(sirqs), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && f[0] == "NET_RX:" {
+			for i, v := range f[1:] {
+				if i < len(s.CPUs) {
+					s.CPUs[i].NetRX, _ = strconv.ParseUint(v, 10, 64)
+				}
+			}
+		}
+	}
+	// softnet_stat has one line per possible CPU with a CPU id in
+	// column 13 on kernels >= 5.10; fall back to the line number.
+	sn, err := os.Open("/proc/net/softnet_stat")
+	if err != nil {
+		return s, fmt.Errorf("read softnet_stat: %w", err)
+	}
+	defer sn.Close()
+	sc := bufio.NewScanner(sn)
+	for i := 0; sc.Scan(); i++ {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			continue
+		}
+		id := i
+		if len(f) >= 13 {
+			if v, err := strconv.ParseUint(f[12], 16, 64); err == nil {
+				id = int(v)
+			}
+		}
+		if id < len(s.CPUs) {
+			s.CPUs[id].BacklogDrops, _ = strconv.ParseUint(f[1], 16, 64)
+			s.CPUs[id].Squeezed, _ = strconv.ParseUint(f[2], 16, 64)
+		}
+	}
+	return s, nil
+}
+
+// CPUUsage is a CPU's activity between two samples.
+type CPUUsage struct {
+	CPU int `json:"cpu"`
+	// BusyPct is 100 * (1 - idle time / wall time). /proc/stat's other
+	// columns are unreliable on tickless kernels without IRQ time
+	// accounting (softirq work run from idle lands in no column), but idle
+	// against the wall clock is accurate to a few points.
+	BusyPct float64 `json:"busy_pct"`
+	// SoftirqPct is the softirq column of /proc/stat: a lower bound.
+	SoftirqPct     float64 `json:"softirq_pct"`
+	NetRXPerSec    float64 `json:"net_rx_per_sec"`
+	BacklogDrops   uint64  `json:"backlog_drops"`
+	BudgetSqueezed uint64  `json:"budget_squeezed"`
+}
+
+// Usage returns per-CPU activity from a to b.
+func Usage(a, b HostSample) []CPUUsage {
+	wall := b.At.Sub(a.At).Seconds()
+	var out []CPUUsage
+	for i := range b.CPUs {
+		if i >= len(a.CPUs) || wall <= 0 {
+			break
+		}
+		x, y := a.CPUs[i], b.CPUs[i]
+		idle := float64(y.IdleTicks-x.IdleTicks) / userHZ
+		busy := 100 * (1 - idle/wall)
+		out = append(out, CPUUsage{
+			CPU:            i,
+			BusyPct:        clampPct(busy),
+			SoftirqPct:     clampPct(100 * float64(y.SoftirqTicks-x.SoftirqTicks) / userHZ / wall),
+			NetRXPerSec:    float64(y.NetRX-x.NetRX) / wall,
+			BacklogDrops:   y.BacklogDrops - x.BacklogDrops,
+			BudgetSqueezed: y.Squeezed - x.Squeezed,
+		})
+	}
+	return out
+}
+
+func clampPct(v float64) float64 {
+	if v < 0 {
+		return 0
+	}
+	if v > 100 {
+		return 100
+	}
+	return v
+}
+
+// UDPStats are the UDP counters of one network namespace (read from
+// /proc/thread-self/net/snmp on a thread inside it).
+type UDPStats struct {
+	InDatagrams  uint64
+	InErrors     uint64
+	RcvbufErrors uint64
+}
+
+// ReadUDPStats reads the calling thread's namespace's UDP counters.
+func ReadUDPStats() (UDPStats, error) {
+	b, err := os.ReadFile("/proc/thread-self/net/snmp")
+	if err != nil {
+		return UDPStats{}, fmt.Errorf("read snmp: %w", err)
+	}
+	var names, vals []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Udp: ") {
+			if names == nil {
+				names = strings.Fields(line)
+			} else {
+				vals = strings.Fields(line)
+			}
+		}
+	}
+	var s UDPStats
+	for i := 1; i < len(names) && i < len(vals); i++ {
+		v, _ := strconv.ParseUint(vals[i], 10, 64)
+		switch names[i] {
+		case "InDatagrams":
+			s.InDatagrams = v
+		case "InErrors":
+			s.InErrors = v
+		case "RcvbufErrors":
+			s.RcvbufErrors = v
+		}
+	}
+	return s, nil
+}

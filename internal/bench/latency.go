@@ -1,0 +1,385 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/testbed"
+)
+
+// Paths and loads of the latency benchmark (the papers' Fig. 3, 9, 10).
+const (
+	PathOverlay = "overlay"
+	PathHost    = "host"
+	LoadIdle    = "idle"
+	LoadBusy    = "busy"
+)
+
+// Ports used inside the testbed.
+const (
+	echoPort = 7000
+	sinkPort = 9000
+)
+
+// LatencyOptions configures `rxlane bench latency`.
+type LatencyOptions struct {
+	Testbed  testbed.Config // used to build a testbed when none is up
+	Reps     int
+	Duration time.Duration // per case and repetition
+	Warmup   time.Duration
+	Proto    string  // high-priority flow: udp or tcp
+	Rate     float64 // high-priority requests per second
+	Size     int     // request size, bytes
+	BgRate   float64 // low-priority background packets per second
+	BgSize   int     // background UDP payload, bytes
+	BgFlows  int
+	Paths    []string
+	Loads    []string
+	HoldQoS  bool // hold /dev/cpu_dma_latency at 0 during the run
+	Progress io.Writer
+}
+
+// Validate checks the options; errors name the flag.
+func (o LatencyOptions) Validate() error {
+	switch {
+	case o.Reps < 1:
+		return fmt.Errorf("reps %d: want at least 1", o.Reps)
+	case o.Duration < 100*time.Millisecond:
+		return fmt.Errorf("duration %s: want at least 100ms", o.Duration)
+	case o.Warmup < 0 || o.Warmup >= o.Duration:
+		return fmt.Errorf("warmup %s: want 0 <= warmup < duration", o.Warmup)
+	case o.Proto != "udp" && o.Proto != "tcp":
+		return fmt.Errorf("proto %q: want udp or tcp", o.Proto)
+	case o.Rate <= 0 || o.Rate > 100000:
+		return fmt.Errorf("rate %g: want 0 < rate <= 100000 requests/s", o.Rate)
+	case o.Size < probeHeader || o.Size > 1400:
+		return fmt.Errorf("size %d: want %d..1400 bytes", o.Size, probeHeader)
+	case o.BgRate <= 0 || o.BgRate > 5e6:
+		return fmt.Errorf("bg-rate %g: want 0 < bg-rate <= 5000000 packets/s", o.BgRate)
+	case o.BgSize < 1 || o.BgSize > 1400:
+		return fmt.Errorf("bg-size %d: want 1..1400 bytes", o.BgSize)
+	case o.BgFlows < 1 || o.BgFlows > 1024:
+		return fmt.Errorf("bg-flows %d: want 1..1024", o.BgFlows)
+	case len(o.Paths) == 0 || len(o.Loads) == 0:
+		return errors.New("paths and loads: want at least one of each")
+	}
+	for _, p := range o.Paths {
+		if p != PathOverlay && p != PathHost {
+			return fmt.Errorf("paths: unknown path %q (want overlay, host)", p)
+		}
+	}
+	for _, l := range o.Loads {
+		if l != LoadIdle && l != LoadBusy {
+			return fmt.Errorf("loads: unknown load %q (want idle, busy)", l)
+		}
+	}
+	return nil
+}
+
+// RepResult is one repetition of one case.
+type RepResult struct {
+	Latency Summary `json:"latency"`
+	Sent    int64   `json:"sent"`
+	Lost    int64   `json:"lost"`
+	// Background: what the generator sent and what the sink received.
+	BgSentPPS      float64    `json:"bg_sent_pps"`
+	BgDeliveredPPS float64    `json:"bg_delivered_pps"`
+	Drops          Drops      `json:"drops"`
+	CPUs           []CPUUsage `json:"cpus"`
+	rtt            []int64
+}
+
+// Drops are the counters that can drop on the receive path, as deltas over
+// one repetition.
+type Drops struct {
+	Socket  uint64            `json:"socket"`  // UDP receive buffer / errors in the receiving node
+	Backlog uint64            `json:"backlog"` // per-CPU backlog full (softnet_stat), all CPUs
+	Devices map[string]uint64 `json:"devices"` // rx+tx dropped per testbed device, non-zero only
+}
+
+// CaseResult aggregates the repetitions of one case.
+type CaseResult struct {
+	Path string      `json:"path"`
+	Load string      `json:"load"`
+	Reps []RepResult `json:"reps"`
+	// Median and range over repetitions of each latency statistic.
+	Avg  Spread `json:"avg_us"`
+	P50  Spread `json:"p50_us"`
+	P90  Spread `json:"p90_us"`
+	P99  Spread `json:"p99_us"`
+	P999 Spread `json:"p99_9_us"`
+	Max  Spread `json:"max_us"`
+	// LossPct is the median share of requests without a reply.
+	LossPct        Spread `json:"loss_pct"`
+	BgDeliveredPPS Spread `json:"bg_delivered_pps"`
+	RxCPUBusyPct   Spread `json:"rx_cpu_busy_pct"`
+	// All is the latency of every repetition merged (for the CDF plot).
+	All Summary `json:"all"`
+	rtt []int64
+}
+
+// LatencyReport is the output of `rxlane bench latency`.
+type LatencyReport struct {
+	Version  int            `json:"version"`
+	Started  time.Time      `json:"started"`
+	Testbed  testbed.Config `json:"testbed"`
+	QoSHeld  bool           `json:"qos_held"`
+	Options  OptionsJSON    `json:"options"`
+	Cases    []CaseResult   `json:"cases"`
+	Warnings []string       `json:"warnings"`
+}
+
+// OptionsJSON is the stable JSON form of the options.
+type OptionsJSON struct {
+	Reps       int     `json:"reps"`
+	DurationS  float64 `json:"duration_s"`
+	WarmupS    float64 `json:"warmup_s"`
+	Proto      string  `json:"proto"`
+	RatePerSec float64 `json:"rate_per_s"`
+	Size       int     `json:"size"`
+	BgRatePPS  float64 `json:"bg_rate_pps"`
+	BgSize     int     `json:"bg_size"`
+	BgFlows    int     `json:"bg_flows"`
+}
+
+// RTTs returns the merged round-trip times of a case, in ns.
+func (c CaseResult) RTTs() []int64 { return c.rtt }
+
+// Latency runs every case Reps times (repetition-major, so the cases of one
+// repetition run within the same minute) on a testbed with the options'
+// prefix, building it first when it is not up and removing it afterwards
+// when it built it.
+func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	tb, cleanup, err := ensureTestbed(ctx, o.Testbed, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, cleanup()) }()
+
+	rep = &LatencyReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
+		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto,
+			RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows}}
+	if o.HoldQoS {
+		release, err := HoldCPUDMALatency()
+		if err != nil {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("could not hold /dev/cpu_dma_latency at 0 (%v): idle wake-ups add to every idle round trip", err))
+		} else {
+			rep.QoSHeld = true
+			defer release()
+		}
+	}
+	if tb.Layout != testbed.LayoutRxCore {
+		rep.Warnings = append(rep.Warnings, "layout "+string(tb.Layout)+": the receiving host's stages share the sender's CPU")
+	}
+	var cases []*CaseResult
+	for _, p := range o.Paths {
+		for _, l := range o.Loads {
+			cases = append(cases, &CaseResult{Path: p, Load: l})
+		}
+	}
+	total := o.Reps * len(cases)
+	k := 0
+	for r := 0; r < o.Reps; r++ {
+		for _, c := range cases {
+			k++
+			progress(o.Progress, "[%d/%d] rep %d: %s %s (%s)", k, total, r+1, c.Path, c.Load, o.Duration)
+			res, err := runCase(ctx, tb, o, c.Path, c.Load)
+			if err != nil {
+				return rep, fmt.Errorf("%s %s rep %d: %w", c.Path, c.Load, r+1, err)
+			}
+			c.Reps = append(c.Reps, res)
+			progress(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgDeliveredPPS/1e3)
+		}
+	}
+	for _, c := range cases {
+		c.aggregate(tb)
+		rep.Cases = append(rep.Cases, *c)
+	}
+	return rep, nil
+}
+
+func (c *CaseResult) aggregate(tb testbed.Config) {
+	var avg, p50, p90, p99, p999, mx, loss, bg, busy []float64
+	for _, r := range c.Reps {
+		avg = append(avg, r.Latency.Avg)
+		p50 = append(p50, r.Latency.P50)
+		p90 = append(p90, r.Latency.P90)
+		p99 = append(p99, r.Latency.P99)
+		p999 = append(p999, r.Latency.P999)
+		mx = append(mx, r.Latency.Max)
+		if r.Sent > 0 {
+			loss = append(loss, 100*float64(r.Lost)/float64(r.Sent))
+		}
+		bg = append(bg, r.BgDeliveredPPS)
+		if tb.RxCPU < len(r.CPUs) {
+			busy = append(busy, r.CPUs[tb.RxCPU].BusyPct)
+		}
+		c.rtt = append(c.rtt, r.rtt...)
+	}
+	c.Avg, c.P50, c.P90, c.P99, c.P999, c.Max = spreadOf(avg), spreadOf(p50), spreadOf(p90), spreadOf(p99), spreadOf(p999), spreadOf(mx)
+	c.LossPct, c.BgDeliveredPPS, c.RxCPUBusyPct = spreadOf(loss), spreadOf(bg), spreadOf(busy)
+	sort.Slice(c.rtt, func(i, j int) bool { return c.rtt[i] < c.rtt[j] })
+	c.All = Summarize(c.rtt)
+}
+
+// nodes returns the client, server and sink nodes and server address of a path.
+func pathNodes(path string) (client, server testbed.Node, addr string) {
+	if path == PathHost {
+		return testbed.HostA, testbed.HostB, testbed.UnderlayB.String()
+	}
+	return testbed.CtrA, testbed.CtrB, testbed.OverlayB.String()
+}
+
+func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, load string) (RepResult, error) {
+	var res RepResult
+	client, server, addr := pathNodes(path)
+	apps := tb.AppCPUs()
+	echo, err := startAgent(tb, server, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: o.Size})
+	if err != nil {
+		return res, err
+	}
+	defer echo.kill()
+	var sink, inj *agent
+	if load == LoadBusy {
+		if sink, err = startAgent(tb, server, apps, AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)}); err != nil {
+			return res, err
+		}
+		defer sink.kill()
+		// The generator runs a little longer than the probe so the probe
+		// never sees an idle tail; it is stopped right after.
+		inj, err = startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", Dev: testbed.WireA, Path: path,
+			VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: o.Duration + 5*time.Second})
+		if err != nil {
+			return res, err
+		}
+		defer inj.kill()
+	}
+	before, err := sampleAll(tb, server)
+	if err != nil {
+		return res, err
+	}
+	probe, err := startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "probe", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort),
+		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup})
+	if err != nil {
+		return res, err
+	}
+	var pr ProbeResult
+	perr := make(chan error, 1)
+	go func() { perr <- probe.result(&pr) }()
+	select {
+	case err = <-perr:
+	case <-ctx.Done():
+		probe.cmd.Process.Signal(os.Interrupt)
+		<-perr
+		return res, ctx.Err()
+	}
+	if err != nil {
+		return res, err
+	}
+	after, err := sampleAll(tb, server)
+	if err != nil {
+		return res, err
+	}
+	if inj != nil {
+		var ir InjectResult
+		if err := inj.stop(&ir); err != nil {
+			return res, err
+		}
+		var sr SinkResult
+		if err := sink.stop(&sr); err != nil {
+			return res, err
+		}
+		res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
+	}
+	res.rtt = pr.RTTns
+	res.Latency = Summarize(pr.RTTns)
+	res.Sent, res.Lost = pr.Sent, pr.Lost
+	res.CPUs = Usage(before.host, after.host)
+	res.Drops = Drops{Devices: map[string]uint64{}}
+	for _, u := range res.CPUs {
+		res.Drops.Backlog += u.BacklogDrops
+	}
+	res.Drops.Socket = (after.udp.RcvbufErrors + after.udp.InErrors) - (before.udp.RcvbufErrors + before.udp.InErrors)
+	for dev, a := range after.links {
+		b := before.links[dev]
+		if d := (a.RxDropped + a.TxDropped) - (b.RxDropped + b.TxDropped); d > 0 {
+			res.Drops.Devices[dev] = d
+		}
+	}
+	return res, nil
+}
+
+type sample struct {
+	host  HostSample
+	udp   UDPStats
+	links map[string]testbed.DropCounters
+}
+
+func sampleAll(tb testbed.Config, server testbed.Node) (sample, error) {
+	var s sample
+	var err error
+	if s.links, err = testbed.LinkDrops(tb); err != nil {
+		return s, err
+	}
+	if err := testbed.Do(tb, server, func() error {
+		var err error
+		s.udp, err = ReadUDPStats()
+		return err
+	}); err != nil {
+		return s, err
+	}
+	s.host, err = SampleHost()
+	return s, err
+}
+
+// ensureTestbed uses the testbed with the configured prefix if it is up,
+// and builds it otherwise; cleanup removes it only if it was built here.
+func ensureTestbed(ctx context.Context, want testbed.Config, progressW io.Writer) (testbed.Config, func() error, error) {
+	if c, err := testbed.Load(want.Prefix); err == nil {
+		if st, err := testbed.GetStatus(c); err == nil && st.Healthy() {
+			progress(progressW, "using testbed %s (layout %s)", c.Prefix, c.Layout)
+			return c, func() error { return nil }, nil
+		}
+	}
+	progress(progressW, "building testbed %s (layout %s)", want.Prefix, want.Layout)
+	if err := testbed.Up(ctx, want); err != nil {
+		return want, nil, err
+	}
+	return want, func() error {
+		progress(progressW, "removing testbed %s", want.Prefix)
+		return testbed.Down(want.Prefix)
+	}, nil
+}
+
+func progress(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
+}
+
+// HoldCPUDMALatency writes 0 to /dev/cpu_dma_latency and keeps the file
+// open, which keeps every CPU out of deep idle states until release (the
+// kernel drops the request when the file is closed, also if we crash).
+// Idle vCPU wake-ups otherwise add tens of microseconds to idle round trips.
+func HoldCPUDMALatency() (release func(), err error) {
+	f, err := os.OpenFile("/dev/cpu_dma_latency", os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], 0)
+	if _, err := f.Write(b[:]); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}

@@ -1,0 +1,43 @@
+package bench
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pacer releases work at a fixed rate by sleeping on an absolute monotonic
+// deadline (clock_nanosleep), so a paced sender neither spins nor drifts.
+// Go's own timers round short sleeps up to the netpoller's granularity,
+// which would turn a fixed rate into bursts.
+type pacer struct {
+	start    time.Time
+	startMon unix.Timespec
+	interval time.Duration
+	n        int64 // next slot
+}
+
+func newPacer(interval time.Duration) *pacer {
+	p := &pacer{start: time.Now(), interval: max(interval, time.Nanosecond)}
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &p.startMon)
+	return p
+}
+
+// wait sleeps until the next slot. A caller that fell behind does not get a
+// burst to catch up: the slots it missed are skipped, and their number is
+// returned so the shortfall can be reported.
+func (p *pacer) wait() (skipped int64) {
+	due := time.Duration(p.n) * p.interval
+	if time.Since(p.start) < due {
+		ts := unix.NsecToTimespec(unix.TimespecToNsec(p.startMon) + due.Nanoseconds())
+		for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+		}
+	}
+	now := int64(time.Since(p.start) / p.interval)
+	if now > p.n {
+		skipped = now - p.n
+		p.n = now
+	}
+	p.n++
+	return skipped
+}

@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// WriteTable prints the latency report for people: medians over the
+// repetitions with the range of p50 and p99, then background load, CPU and
+// drops.
+func (r *LatencyReport) WriteTable(w io.Writer) {
+	o := r.Options
+	fmt.Fprintf(w, "high-priority flow: %s request/response, %d B, %.0f req/s, %.0fs x %d reps; background: %.0f kpps of %d B UDP (%d flows)\n",
+		o.Proto, o.Size, o.RatePerSec, o.DurationS, o.Reps, o.BgRatePPS/1e3, o.BgSize, o.BgFlows)
+	fmt.Fprintf(w, "testbed %s, layout %s", r.Testbed.Prefix, r.Testbed.Layout)
+	if r.Testbed.Layout == "rxcore" {
+		fmt.Fprintf(w, " (receive stages on CPU %d, senders and apps on CPU %d)", r.Testbed.RxCPU, r.Testbed.AppCPU)
+	}
+	fmt.Fprintf(w, "; cpu_dma_latency held at 0: %v\n\n", r.QoSHeld)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tload\tavg\tp50\tp90\tp99\tp99.9\tmax\tp50 range\tp99 range\tloss %\t")
+	for _, c := range r.Cases {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Path, c.Load,
+			us(c.Avg.Median), us(c.P50.Median), us(c.P90.Median), us(c.P99.Median), us(c.P999.Median), us(c.Max.Median),
+			rng(c.P50), rng(c.P99), fmt.Sprintf("%.2f", c.LossPct.Median))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(round-trip times in microseconds; each value is the median over repetitions)")
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tload\tbg delivered kpps\trx CPU busy %\tCPU busy %\tNET_RX/s\tdrops socket\tdrops backlog\tdrops devices\t")
+	for _, c := range r.Cases {
+		var busy, netrx []string
+		var sock, backlog uint64
+		devs := map[string]uint64{}
+		if len(c.Reps) > 0 {
+			last := c.Reps[len(c.Reps)/2]
+			for _, u := range last.CPUs {
+				busy = append(busy, fmt.Sprintf("%.0f", u.BusyPct))
+				netrx = append(netrx, fmt.Sprintf("%.0f", u.NetRXPerSec))
+			}
+		}
+		for _, rr := range c.Reps {
+			sock += rr.Drops.Socket
+			backlog += rr.Drops.Backlog
+			for d, v := range rr.Drops.Devices {
+				devs[d] += v
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f\t%s\t%s\t%d\t%d\t%s\t\n", c.Path, c.Load, c.BgDeliveredPPS.Median/1e3, c.RxCPUBusyPct.Median,
+			strings.Join(busy, "/"), strings.Join(netrx, "/"), sock, backlog, fmtDevs(devs))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(CPU columns list CPU0/CPU1/... of the middle repetition; drops are summed over repetitions)")
+	for _, x := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
+}
+
+func us(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func rng(s Spread) string {
+	if math.IsNaN(s.Min) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f-%.0f", s.Min, s.Max)
+}
+
+func fmtDevs(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var out []string
+	for _, k := range ks {
+		out = append(out, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return strings.Join(out, ",")
+}
+
+// WritePlot draws the latency CDF of every case, like PRISM's Fig. 3, to
+// file (SVG, PNG or PDF by extension).
+func (r *LatencyReport) WritePlot(file string) error {
+	p := plot.New()
+	p.Title.Text = "Round-trip latency of the high-priority flow"
+	p.X.Label.Text = "round-trip time (us, log scale)"
+	p.Y.Label.Text = "CDF"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top = false
+	p.Legend.Left = false
+	var args []any
+	for _, c := range r.Cases {
+		rtt := c.RTTs()
+		if len(rtt) == 0 {
+			continue
+		}
+		// At most ~2000 points per curve keeps the SVG small.
+		step := max(1, len(rtt)/2000)
+		var pts plotter.XYs
+		for i := 0; i < len(rtt); i += step {
+			pts = append(pts, plotter.XY{X: math.Max(float64(rtt[i])/1e3, 1), Y: float64(i+1) / float64(len(rtt))})
+		}
+		pts = append(pts, plotter.XY{X: math.Max(float64(rtt[len(rtt)-1])/1e3, 1), Y: 1})
+		args = append(args, c.Path+" "+c.Load, pts)
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("plot %s: no samples", file)
+	}
+	if err := plotutil.AddLines(p, args...); err != nil {
+		return fmt.Errorf("plot %s: %w", file, err)
+	}
+	ext := strings.TrimPrefix(filepath.Ext(file), ".")
+	switch ext {
+	case "svg", "png", "pdf":
+	default:
+		return fmt.Errorf("plot %s: unknown format %q (want .svg, .png or .pdf)", file, ext)
+	}
+	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, file); err != nil {
+		return fmt.Errorf("write plot: %w", err)
+	}
+	return nil
+}

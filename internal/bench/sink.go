@@ -1,0 +1,40 @@
+package bench
+
+import (
+	"context"
+	"time"
+)
+
+// SinkResult counts what a background sink received.
+type SinkResult struct {
+	Packets int64   `json:"packets"`
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"` // from first to last packet
+	RatePPS float64 `json:"rate_pps"`
+}
+
+// RunSink reads and discards datagrams from the UDP socket fd until ctx
+// ends, as a low-priority application would (like sockperf's server), 64
+// at a time.
+func RunSink(ctx context.Context, fd int) SinkResult {
+	var r SinkResult
+	var first, last time.Time
+	rb := newRecvBatch(fd, 64, 2048)
+	for ctx.Err() == nil {
+		n, b, err := rb.recv()
+		if err != nil || n == 0 {
+			continue
+		}
+		last = time.Now()
+		if r.Packets == 0 {
+			first = last
+		}
+		r.Packets += int64(n)
+		r.Bytes += int64(b)
+	}
+	if r.Packets > 1 {
+		r.Seconds = last.Sub(first).Seconds()
+		r.RatePPS = float64(r.Packets-1) / r.Seconds
+	}
+	return r
+}
