@@ -135,32 +135,17 @@ Examples:
 	return cmd
 }
 
-// newBenchAgentCmd is the hidden verb benchmarks start inside testbed nodes.
+// newBenchAgentCmd is the hidden verb benchmarks start inside testbed
+// nodes; its flags are parsed by bench.AgentMain.
 func newBenchAgentCmd() *cobra.Command {
-	var a bench.AgentArgs
-	cmd := &cobra.Command{
-		Use:    "agent ROLE",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
+	return &cobra.Command{
+		Use:                "agent ROLE [flags]",
+		Hidden:             true,
+		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a.Role = args[0]
-			return bench.RunAgent(cmd.Context(), a, cmd.OutOrStdout())
+			return bench.AgentMain(cmd.Context(), args, cmd.OutOrStdout())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&a.Proto, "proto", "udp", "")
-	f.StringVar(&a.Addr, "addr", "", "")
-	f.IntVar(&a.Size, "size", 64, "")
-	f.Float64Var(&a.Rate, "rate", 1000, "")
-	f.DurationVar(&a.Duration, "duration", 0, "")
-	f.DurationVar(&a.Warmup, "warmup", 0, "")
-	f.StringVar(&a.Dev, "dev", "", "")
-	f.StringVar(&a.Path, "path", "overlay", "")
-	f.IntVar(&a.VNI, "vni", 42, "")
-	f.IntVar(&a.Port, "port", 4789, "")
-	f.IntVar(&a.DstPort, "dst-port", 9000, "")
-	f.IntVar(&a.Flows, "flows", 1, "")
-	return cmd
 }
 
 func splitList(s string) []string {

@@ -65,15 +65,26 @@ func main() {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "rxlane: %v\n", err)
-	var ue usageError
-	if errors.As(err, &ue) || isCobraUsageError(err) {
+	code := exitCode(err)
+	if code == 2 {
 		fmt.Fprintln(os.Stderr, "run 'rxlane --help' or 'rxlane VERB --help' for usage")
-		os.Exit(2)
 	}
-	if errors.Is(err, context.Canceled) {
-		os.Exit(130)
+	os.Exit(code)
+}
+
+// exitCode maps an error to the process exit status: 2 for bad input, 130
+// for an interrupted run, 1 for everything else.
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue) || isCobraUsageError(err):
+		return 2
+	case errors.Is(err, context.Canceled):
+		return 130
 	}
-	os.Exit(1)
+	return 1
 }
 
 // isCobraUsageError recognises the argument and command errors cobra

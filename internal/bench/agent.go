@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -39,15 +40,45 @@ type AgentArgs struct {
 	Port     int           // inject: VXLAN port
 	DstPort  int           // inject: sink port
 	Flows    int           // inject: number of background flows
+	Count    int64         // sink, inject: finish after this many packets (0: no limit)
 }
 
 // Argv renders the args as the agent command line.
 func (a AgentArgs) Argv(self string) []string {
 	return []string{self, "bench", "agent", a.Role,
-		"--proto", a.Proto, "--addr", a.Addr, "--size", fmt.Sprint(a.Size),
-		"--rate", fmt.Sprint(a.Rate), "--duration", a.Duration.String(), "--warmup", a.Warmup.String(),
-		"--dev", a.Dev, "--path", a.Path, "--vni", fmt.Sprint(a.VNI), "--port", fmt.Sprint(a.Port),
-		"--dst-port", fmt.Sprint(a.DstPort), "--flows", fmt.Sprint(a.Flows)}
+		"-proto", a.Proto, "-addr", a.Addr, "-size", fmt.Sprint(a.Size),
+		"-rate", fmt.Sprint(a.Rate), "-duration", a.Duration.String(), "-warmup", a.Warmup.String(),
+		"-dev", a.Dev, "-path", a.Path, "-vni", fmt.Sprint(a.VNI), "-port", fmt.Sprint(a.Port),
+		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count)}
+}
+
+// AgentMain parses an agent command line (ROLE then flags, as Argv
+// renders them after "bench agent") and runs the agent. It is shared by the
+// CLI's hidden verb and by test binaries, which start themselves as agents.
+func AgentMain(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) < 1 {
+		return errors.New("agent: want ROLE [flags]")
+	}
+	a := AgentArgs{Role: args[0]}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&a.Proto, "proto", "udp", "")
+	fs.StringVar(&a.Addr, "addr", "", "")
+	fs.IntVar(&a.Size, "size", 64, "")
+	fs.Float64Var(&a.Rate, "rate", 1000, "")
+	fs.DurationVar(&a.Duration, "duration", 0, "")
+	fs.DurationVar(&a.Warmup, "warmup", 0, "")
+	fs.StringVar(&a.Dev, "dev", "", "")
+	fs.StringVar(&a.Path, "path", "overlay", "")
+	fs.IntVar(&a.VNI, "vni", 42, "")
+	fs.IntVar(&a.Port, "port", 4789, "")
+	fs.IntVar(&a.DstPort, "dst-port", 9000, "")
+	fs.IntVar(&a.Flows, "flows", 1, "")
+	fs.Int64Var(&a.Count, "count", 0, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("agent %s: %w", a.Role, err)
+	}
+	return RunAgent(ctx, a, out)
 }
 
 // RunAgent is the body of an agent process.
@@ -91,7 +122,7 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 		}
 		defer unix.Close(fd)
 		ready()
-		return emit(RunSink(ctx, fd))
+		return emit(RunSink(ctx, fd, a.Count))
 	case "probe":
 		cfg := ProbeConfig{Proto: a.Proto, Dst: a.Addr, Rate: a.Rate, Duration: a.Duration, Size: a.Size, Warmup: a.Warmup, Grace: 500 * time.Millisecond}
 		var res ProbeResult
@@ -125,7 +156,7 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 			return err
 		}
 		defer in.Close()
-		return emit(in.Run(ctx, a.Rate, a.Duration, ready))
+		return emit(in.Run(ctx, a.Rate, a.Duration, a.Count, ready))
 	}
 	return fmt.Errorf("unknown agent role %q", a.Role)
 }

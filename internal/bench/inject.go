@@ -83,22 +83,27 @@ type InjectResult struct {
 	Behind  int64   `json:"behind"` // batches sent late because the sender could not keep up
 }
 
-// Run sends at rate packets/s until ctx ends or duration passes (whichever
-// first). ready is closed after the first batch went out.
-func (in *Injector) Run(ctx context.Context, rate float64, duration time.Duration, ready func()) InjectResult {
+// Run sends at rate packets/s until ctx ends, duration passes or, with
+// count > 0, count packets were sent. ready is called after the first batch
+// went out.
+func (in *Injector) Run(ctx context.Context, rate float64, duration time.Duration, count int64, ready func()) InjectResult {
 	var res InjectResult
 	interval := time.Duration(float64(time.Second) * float64(in.batch) / rate)
 	p := newPacer(interval)
 	start := time.Now()
 	first := true
-	for ctx.Err() == nil && time.Since(start) < duration {
+	for ctx.Err() == nil && time.Since(start) < duration && (count <= 0 || res.Sent < count) {
 		res.Behind += p.wait()
-		n, err := in.send(int(res.Sent), in.batch)
+		want := in.batch
+		if count > 0 {
+			want = int(min(int64(want), count-res.Sent))
+		}
+		n, err := in.send(int(res.Sent), want)
 		if err != nil {
-			res.Failed += int64(in.batch)
+			res.Failed += int64(want)
 		} else {
 			res.Sent += int64(n)
-			res.Failed += int64(in.batch - n)
+			res.Failed += int64(want - n)
 		}
 		if first && ready != nil {
 			ready()

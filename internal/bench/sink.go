@@ -15,12 +15,12 @@ type SinkResult struct {
 
 // RunSink reads and discards datagrams from the UDP socket fd until ctx
 // ends, as a low-priority application would (like sockperf's server), 64
-// at a time.
-func RunSink(ctx context.Context, fd int) SinkResult {
+// at a time. With count > 0 it also finishes after count packets.
+func RunSink(ctx context.Context, fd int, count int64) SinkResult {
 	var r SinkResult
 	var first, last time.Time
 	rb := newRecvBatch(fd, 64, 2048)
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && (count <= 0 || r.Packets < count) {
 		n, b, err := rb.recv()
 		if err != nil || n == 0 {
 			continue

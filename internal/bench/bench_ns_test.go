@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+)
+
+// TestInjectedFramesReachTheSink proves the ready-made frames are exactly
+// what the kernel's VXLAN path accepts: every injected frame arrives at the
+// sink in the receiving node, over the overlay and over the host path.
+func TestInjectedFramesReachTheSink(t *testing.T) {
+	c := testbedtest.Up(t, testbedtest.Config(t))
+	for _, path := range []string{PathOverlay, PathHost} {
+		t.Run(path, func(t *testing.T) {
+			_, server, addr := pathNodes(path)
+			const frames = 2000
+			// The sink finishes by itself once every frame has arrived; if
+			// one is lost, stop() below ends it and the count tells.
+			sink, err := startAgent(c, server, nil, AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort), Count: frames})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sink.kill()
+			// 2000 frames (16 per batch) at 20 kpps: far below anything
+			// that could drop.
+			inj, err := startAgent(c, testbed.HostA, nil, AgentArgs{Role: "inject", Dev: testbed.WireA, Path: path,
+				VNI: c.VNI, Port: c.Port, DstPort: sinkPort, Size: 32, Rate: 20000, Flows: 4, Duration: time.Second, Count: frames})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ir InjectResult
+			if err := inj.result(&ir); err != nil {
+				t.Fatal(err)
+			}
+			if ir.Sent != frames || ir.Failed != 0 {
+				t.Fatalf("injector sent %d, failed %d; want %d sent", ir.Sent, ir.Failed, frames)
+			}
+			var sr SinkResult
+			done := make(chan error, 1)
+			go func() { done <- sink.result(&sr) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				if err := sink.stop(&sr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if sr.Packets != ir.Sent {
+				t.Fatalf("sink received %d of %d injected frames", sr.Packets, ir.Sent)
+			}
+		})
+	}
+}
+
+// TestLatencyRun runs the whole benchmark briefly on a real testbed and
+// checks that every case measured something, the busy case really had a
+// background flow delivered, and the JSON keys are the documented ones.
+func TestLatencyRun(t *testing.T) {
+	c := testbedtest.Config(t)
+	o := LatencyOptions{Testbed: c, Reps: 2, Duration: 700 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Proto: "udp", Rate: 1000, Size: 64, BgRate: 20000, BgSize: 64, BgFlows: 1,
+		Paths: []string{PathOverlay, PathHost}, Loads: []string{LoadIdle, LoadBusy}}
+	t.Cleanup(func() { testbed.Down(c.Prefix) })
+	rep, err := Latency(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cases) != 4 {
+		t.Fatalf("%d cases, want 4", len(rep.Cases))
+	}
+	for _, cs := range rep.Cases {
+		if len(cs.Reps) != 2 {
+			t.Errorf("%s %s: %d reps", cs.Path, cs.Load, len(cs.Reps))
+		}
+		if cs.All.Count < 500 || cs.P50.Median <= 0 || cs.P99.Median < cs.P50.Median {
+			t.Errorf("%s %s: implausible latency %+v", cs.Path, cs.Load, cs.All)
+		}
+		if cs.Load == LoadBusy && cs.BgDeliveredPPS.Median < 1000 {
+			t.Errorf("%s busy: background delivered %.0f pps", cs.Path, cs.BgDeliveredPPS.Median)
+		}
+		if cs.Load == LoadIdle && cs.BgDeliveredPPS.Median != 0 {
+			t.Errorf("%s idle: background %.0f pps", cs.Path, cs.BgDeliveredPPS.Median)
+		}
+	}
+	// The benchmark built the testbed, so it removed it too.
+	if st, _ := testbed.GetStatus(c); len(st.Problems) != 4 {
+		t.Errorf("testbed left behind after the run: %v", st.Problems)
+	}
+	// The plot is written in every format.
+	for _, ext := range []string{"svg", "png"} {
+		if err := rep.WritePlot(filepath.Join(t.TempDir(), "cdf."+ext)); err != nil {
+			t.Error(err)
+		}
+	}
+	var table strings.Builder
+	rep.WriteTable(&table)
+	if !strings.Contains(table.String(), "overlay  busy") {
+		t.Errorf("table lacks the overlay busy row:\n%s", table.String())
+	}
+	checkKeys(t, rep)
+}
+
+// checkKeys pins the JSON report's top-level and per-case keys.
+func checkKeys(t *testing.T, rep *LatencyReport) {
+	b, _ := json.Marshal(rep)
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	want := "cases options qos_held started testbed version warnings"
+	if got := keys(m); got != want {
+		t.Errorf("report keys %q, want %q", got, want)
+	}
+	c := m["cases"].([]any)[0].(map[string]any)
+	wantCase := "all avg_us bg_delivered_pps load loss_pct max_us p50_us p90_us p99_9_us p99_us path reps rx_cpu_busy_pct"
+	if got := keys(c); got != wantCase {
+		t.Errorf("case keys %q, want %q", got, wantCase)
+	}
+	r := c["reps"].([]any)[0].(map[string]any)
+	wantRep := "bg_delivered_pps bg_sent_pps cpus drops latency lost sent"
+	if got := keys(r); got != wantRep {
+		t.Errorf("rep keys %q, want %q", got, wantRep)
+	}
+}
+
+func keys(m map[string]any) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, " ")
+}
