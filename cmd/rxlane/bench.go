@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/rxlane/rxlane/internal/bench"
@@ -16,7 +17,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure latency and throughput on the testbed",
 	}
-	cmd.AddCommand(newBenchLatencyCmd(), newBenchAgentCmd())
+	cmd.AddCommand(newBenchLatencyCmd(), newBenchThroughputCmd(), newBenchAgentCmd())
 	return cmd
 }
 
@@ -146,6 +147,94 @@ func newBenchAgentCmd() *cobra.Command {
 			return bench.AgentMain(cmd.Context(), args, cmd.OutOrStdout())
 		},
 	}
+}
+
+func newBenchThroughputCmd() *cobra.Command {
+	o := bench.ThroughputOptions{Testbed: testbed.Defaults(), Path: bench.PathOverlay, Size: 64, Reps: 3}
+	o.Testbed.Prefix = "bench"
+	var (
+		layout, rates, dur string = "", "100k,200k,300k,400k,600k", "3s"
+		asJSON             bool
+		jsonOut            []string
+	)
+	cmd := &cobra.Command{
+		Use:   "throughput",
+		Short: "Maximum packet rate of one small-packet UDP flow into the receiver",
+		Long: `Offers a sweep of packet rates of one UDP flow (ready-made frames injected
+at hostA's wire) to a sink in ctrB (--path overlay) or hostB (--path host),
+and reports the rate delivered to the sink, loss, per-CPU busy %, drops,
+and the maximum delivered rate: FALCON's Fig. 10 setting. The sender's
+CPU also runs the wire's veth poll (veth receives on the sending CPU), so
+compare the CPU columns to see which side saturated.
+
+Examples:
+  rxlane bench throughput
+  rxlane bench throughput --path host --rates 200k,400k,800k --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Testbed.Layout = testbed.Layout(layout)
+			var err error
+			if o.Rates, err = parseRates(rates); err != nil {
+				return err
+			}
+			if o.Duration, err = parseDuration("duration", dur); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			if err := o.Testbed.Validate(); err != nil {
+				return usageError{err}
+			}
+			o.Progress = cmd.ErrOrStderr()
+			o.StageProbe = newStageProbe()
+			rep, err := bench.Throughput(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench throughput: %w", err)
+			}
+			for _, f := range jsonOut {
+				if err := writeJSONFile(f, rep); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			rep.WriteTable(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	layout = string(o.Testbed.Layout)
+	testbedFlags(cmd, &o.Testbed, &layout)
+	f := cmd.Flags()
+	f.StringVar(&o.Path, "path", o.Path, "receiver: overlay (sink in ctrB) or host (sink in hostB)")
+	f.StringVar(&rates, "rates", rates, "offered rates in packets/s, comma-separated (k and M suffixes)")
+	f.IntVar(&o.Size, "size", o.Size, "UDP payload in bytes")
+	f.StringVar(&dur, "duration", dur, "sending time per rate and repetition")
+	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every rate")
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
+	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
+	return cmd
+}
+
+// parseRates parses "100k,1.5M,250000".
+func parseRates(s string) ([]float64, error) {
+	var out []float64
+	for _, x := range splitList(s) {
+		mult := 1.0
+		switch {
+		case strings.HasSuffix(x, "k"), strings.HasSuffix(x, "K"):
+			mult, x = 1e3, x[:len(x)-1]
+		case strings.HasSuffix(x, "M"):
+			mult, x = 1e6, x[:len(x)-1]
+		}
+		v, err := strconv.ParseFloat(x, 64)
+		if err != nil {
+			return nil, usagef("--rates: %q is not a rate (want e.g. 150k, 1.2M or 250000)", x)
+		}
+		out = append(out, v*mult)
+	}
+	return out, nil
 }
 
 func splitList(s string) []string {

@@ -141,3 +141,30 @@ func keys(m map[string]any) string {
 	sort.Strings(ks)
 	return strings.Join(ks, " ")
 }
+
+// TestThroughputRun runs a two-point sweep on a testbed that is already up
+// (the benchmark must use it and leave it up).
+func TestThroughputRun(t *testing.T) {
+	c := testbedtest.Up(t, testbedtest.Config(t))
+	rep, err := Throughput(context.Background(), ThroughputOptions{Testbed: c, Path: PathOverlay, Rates: []float64{5000, 20000},
+		Size: 64, Duration: 300 * time.Millisecond, Reps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Points) != 2 {
+		t.Fatalf("%d points, want 2", len(rep.Points))
+	}
+	for _, p := range rep.Points {
+		// Low rates: everything sent arrives (within the few packets in
+		// flight when the sink stops).
+		if p.SentPPS.Median <= 0 || p.DeliveredPPS.Median < 0.9*p.SentPPS.Median {
+			t.Errorf("offered %.0f: sent %.0f, delivered %.0f", p.OfferedPPS, p.SentPPS.Median, p.DeliveredPPS.Median)
+		}
+	}
+	if rep.MaxDeliveredPPS < rep.Points[0].DeliveredPPS.Median {
+		t.Errorf("max %.0f below a point", rep.MaxDeliveredPPS)
+	}
+	if st, err := testbed.GetStatus(c); err != nil || !st.Healthy() {
+		t.Errorf("benchmark disturbed a testbed it did not build: %v %v", err, st.Problems)
+	}
+}

@@ -304,17 +304,7 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	res.Latency = Summarize(pr.RTTns)
 	res.Sent, res.Lost = pr.Sent, pr.Lost
 	res.CPUs = Usage(before.host, after.host)
-	res.Drops = Drops{Devices: map[string]uint64{}}
-	for _, u := range res.CPUs {
-		res.Drops.Backlog += u.BacklogDrops
-	}
-	res.Drops.Socket = (after.udp.RcvbufErrors + after.udp.InErrors) - (before.udp.RcvbufErrors + before.udp.InErrors)
-	for dev, a := range after.links {
-		b := before.links[dev]
-		if d := (a.RxDropped + a.TxDropped) - (b.RxDropped + b.TxDropped); d > 0 {
-			res.Drops.Devices[dev] = d
-		}
-	}
+	res.Drops = diffDrops(before, after, res.CPUs)
 	return res, nil
 }
 
