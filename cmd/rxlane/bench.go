@@ -34,7 +34,7 @@ func testbedFlags(cmd *cobra.Command, c *testbed.Config, layout *string) {
 func newBenchLatencyCmd() *cobra.Command {
 	o := bench.LatencyOptions{
 		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Rate: 2000, Size: 64,
-		BgRate: 150000, BgSize: 64, BgFlows: 1, HoldQoS: true,
+		BgRate: 150000, BgSize: 64, BgFlows: 1, BgProto: "udp", HoldQoS: true,
 	}
 	o.Testbed.Prefix = "bench"
 	var (
@@ -56,7 +56,8 @@ PRISM's Fig. 3, 9 and 10.
 Cases: every path (overlay: ctrA -> ctrB over VXLAN; host: hostA -> hostB
 over the wire) times every load (idle; busy: --bg-rate packets/s of
 ready-made frames injected at hostA's wire, so the receiver's stages, not
-the sender, are the bottleneck). Each case runs --reps times; the table
+the sender, are the bottleneck; or with --bg-proto tcp, --bg-rate
+messages/s of --bg-size bytes over one TCP connection). Each case runs --reps times; the table
 gives the median over repetitions and the range of p50 and p99, the
 background rate delivered, per-CPU busy %, NET_RX softirqs/s and drops at
 the socket, the backlog and every testbed device.
@@ -126,7 +127,8 @@ Examples:
 	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
 	f.Float64Var(&o.BgRate, "bg-rate", o.BgRate, "background packets per second (busy cases)")
 	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
-	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports)")
+	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports; udp only)")
+	f.StringVar(&o.BgProto, "bg-proto", o.BgProto, "background flow: udp (ready-made frames injected at hostA's wire) or tcp (a paced TCP stream from ctrA/hostA)")
 	f.StringVar(&paths, "paths", "overlay,host", "paths to measure: overlay, host")
 	f.StringVar(&loads, "loads", "idle,busy", "loads to measure: idle, busy")
 	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")

@@ -27,7 +27,7 @@ import (
 
 // AgentArgs are the options of every agent role.
 type AgentArgs struct {
-	Role     string        // echo, sink, probe, inject
+	Role     string        // echo, sink, probe, inject, tcpsink, tcpflood
 	Proto    string        // udp or tcp (echo, probe)
 	Addr     string        // listen (echo, sink) or destination (probe) host:port
 	Size     int           // request size (echo, probe) or UDP payload (inject)
@@ -149,6 +149,19 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 			}
 		}
 		return emit(res)
+	case "tcpsink":
+		ln, err := net.Listen("tcp4", a.Addr)
+		if err != nil {
+			return fmt.Errorf("tcp sink listen %s: %w", a.Addr, err)
+		}
+		ready()
+		return emit(RunTCPSink(ctx, ln, a.Size))
+	case "tcpflood":
+		conn, err := net.Dial("tcp4", a.Addr)
+		if err != nil {
+			return fmt.Errorf("tcp flood connect %s: %w", a.Addr, err)
+		}
+		return emit(RunTCPFlood(ctx, conn, a.Rate, a.Size, a.Duration, ready))
 	case "inject":
 		frames := BackgroundFrames(a.Path, a.VNI, a.Port, a.DstPort, a.Size, a.Flows)
 		in, err := NewInjector(a.Dev, frames, 16)

@@ -39,6 +39,7 @@ type LatencyOptions struct {
 	BgRate   float64 // low-priority background packets per second
 	BgSize   int     // background UDP payload, bytes
 	BgFlows  int
+	BgProto  string // udp: injected frames; tcp: a paced TCP stream
 	Paths    []string
 	Loads    []string
 	HoldQoS  bool // hold /dev/cpu_dma_latency at 0 during the run
@@ -64,6 +65,8 @@ func (o LatencyOptions) Validate() error {
 		return fmt.Errorf("bg-rate %g: want 0 < bg-rate <= 5000000 packets/s", o.BgRate)
 	case o.BgSize < 1 || o.BgSize > 1400:
 		return fmt.Errorf("bg-size %d: want 1..1400 bytes", o.BgSize)
+	case o.BgProto != "udp" && o.BgProto != "tcp":
+		return fmt.Errorf("bg-proto %q: want udp or tcp", o.BgProto)
 	case o.BgFlows < 1 || o.BgFlows > 1024:
 		return fmt.Errorf("bg-flows %d: want 1..1024", o.BgFlows)
 	case len(o.Paths) == 0 || len(o.Loads) == 0:
@@ -146,6 +149,7 @@ type OptionsJSON struct {
 	BgRatePPS  float64 `json:"bg_rate_pps"`
 	BgSize     int     `json:"bg_size"`
 	BgFlows    int     `json:"bg_flows"`
+	BgProto    string  `json:"bg_proto"`
 }
 
 // RTTs returns the merged round-trip times of a case, in ns.
@@ -167,7 +171,7 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 
 	rep = &LatencyReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
 		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto,
-			RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows}}
+			RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}}
 	if o.HoldQoS {
 		release, err := HoldCPUDMALatency()
 		if err != nil {
@@ -250,17 +254,10 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	defer echo.kill()
 	var sink, inj *agent
 	if load == LoadBusy {
-		if sink, err = startAgent(tb, server, apps, AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)}); err != nil {
+		if sink, inj, err = startBackground(tb, o, path); err != nil {
 			return res, err
 		}
 		defer sink.kill()
-		// The generator runs a little longer than the probe so the probe
-		// never sees an idle tail; it is stopped right after.
-		inj, err = startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", Dev: testbed.WireA, Path: path,
-			VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: o.Duration + 5*time.Second})
-		if err != nil {
-			return res, err
-		}
 		defer inj.kill()
 	}
 	before, err := sampleAll(tb, server)
@@ -306,6 +303,32 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	res.CPUs = Usage(before.host, after.host)
 	res.Drops = diffDrops(before, after, res.CPUs)
 	return res, nil
+}
+
+// startBackground starts the low-priority flow of a busy case: a sink in
+// the receiving node and a generator that runs a little longer than the
+// probe (so the probe never sees an idle tail; it is stopped right after).
+func startBackground(tb testbed.Config, o LatencyOptions, path string) (sink, gen *agent, err error) {
+	client, server, addr := pathNodes(path)
+	dur := o.Duration + 5*time.Second
+	if o.BgProto == "tcp" {
+		dst := fmt.Sprintf("%s:%d", addr, sinkPort+1)
+		if sink, err = startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "tcpsink", Addr: dst, Size: o.BgSize}); err != nil {
+			return nil, nil, err
+		}
+		gen, err = startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "tcpflood", Addr: dst, Size: o.BgSize, Rate: o.BgRate, Duration: dur})
+	} else {
+		if sink, err = startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)}); err != nil {
+			return nil, nil, err
+		}
+		gen, err = startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", Dev: testbed.WireA, Path: path,
+			VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: dur})
+	}
+	if err != nil {
+		sink.kill()
+		return nil, nil, err
+	}
+	return sink, gen, nil
 }
 
 type sample struct {
