@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/rxlane/rxlane/internal/sim"
+	"github.com/spf13/cobra"
+)
+
+func init() { extraCommands = append(extraCommands, newSimCmd) }
+
+func newSimCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Discrete-event simulation of the NAPI/softirq receive path",
+		Long: `sim runs the Linux receive path (hard IRQ, NET_RX softirq, NAPI stages,
+application threads) as a discrete-event simulation, with every mechanism of
+the seeds: vanilla two-list NAPI, PRISM-batch/sync, seed-002 Rx ring
+scheduling (sq, rr, wfq, prio), RPS, FALCON and ANP. See docs/sim.md.`,
+	}
+	cmd.AddCommand(newSimRunCmd(), newSimSweepCmd(), newSimFiguresCmd())
+	return cmd
+}
+
+type simOpts struct {
+	json bool
+	seed int64
+	sets []string
+}
+
+func (o *simOpts) load(path string, cmd *cobra.Command) (*sim.Scenario, error) {
+	sets := append([]string(nil), o.sets...)
+	if cmd.Flags().Changed("seed") {
+		sets = append(sets, fmt.Sprintf("seed=%d", o.seed))
+	}
+	sc, err := sim.LoadScenario(path, sets)
+	if err != nil {
+		if errors.Is(err, sim.ErrScenario) || errors.Is(err, os.ErrNotExist) {
+			return nil, usagef("load scenario %s: %w", path, err)
+		}
+		return nil, fmt.Errorf("load scenario %s: %w", path, err)
+	}
+	return sc, nil
+}
+
+func newSimRunCmd() *cobra.Command {
+	var o simOpts
+	cmd := &cobra.Command{
+		Use:   "run SCENARIO",
+		Short: "Run one scenario and print a table (or JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sc, err := o.load(args[0], cmd)
+			if err != nil {
+				return err
+			}
+			r := sim.Run(sc)
+			if o.json {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(r); err != nil {
+					return fmt.Errorf("write result: %w", err)
+				}
+				return nil
+			}
+			sim.WriteTable(cmd.OutOrStdout(), r)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (stable keys, see docs/sim.md)")
+	cmd.Flags().Int64Var(&o.seed, "seed", 0, "random seed (overrides the scenario's)")
+	cmd.Flags().StringArrayVar(&o.sets, "set", nil, "override a scenario field: key.path=value (list elements by index or name)")
+	return cmd
+}
+
+func newSimSweepCmd() *cobra.Command {
+	var o simOpts
+	var param string
+	var values []string
+	cmd := &cobra.Command{
+		Use:   "sweep SCENARIO --param KEY --values V1,V2,...",
+		Short: "Run a scenario once per value of one parameter and tabulate the flows",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if param == "" || len(values) == 0 {
+				return usagef("sim sweep: --param and --values are required")
+			}
+			sets := append([]string(nil), o.sets...)
+			if cmd.Flags().Changed("seed") {
+				sets = append(sets, fmt.Sprintf("seed=%d", o.seed))
+			}
+			res, err := sim.Sweep(args[0], sets, param, values)
+			if err != nil {
+				if errors.Is(err, sim.ErrScenario) || errors.Is(err, os.ErrNotExist) {
+					return usagef("sim sweep %s: %w", args[0], err)
+				}
+				return fmt.Errorf("sim sweep %s: %w", args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			if o.json {
+				type point struct {
+					Value  string      `json:"value"`
+					Result *sim.Result `json:"result"`
+				}
+				var pts []point
+				for i, r := range res {
+					pts = append(pts, point{values[i], r})
+				}
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(pts); err != nil {
+					return fmt.Errorf("write result: %w", err)
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintf(tw, "%s\tflow\tlane\tkpps\tdropped\tmean us\tp99 us\tp99.9 us\tcpu busy %%\t\n", param)
+			for i, r := range res {
+				busy := 0.0
+				for _, c := range r.CPUs {
+					busy += 1 - c.Idle
+				}
+				busy = 100 * busy / float64(len(r.CPUs))
+				for _, f := range r.Flows {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t\n", values[i], f.Name, f.Lane, f.ThroughputPps/1000, f.Dropped, f.Latency.Mean, f.Latency.P99, f.Latency.P999, busy)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&param, "param", "", "scenario key to vary (same syntax as --set), e.g. flows.background.arrival.rate_pps")
+	cmd.Flags().StringSliceVar(&values, "values", nil, "comma-separated values")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON: [{value, result}]")
+	cmd.Flags().Int64Var(&o.seed, "seed", 0, "random seed (overrides the scenario's)")
+	cmd.Flags().StringArrayVar(&o.sets, "set", nil, "override a scenario field: key.path=value")
+	return cmd
+}
+
+func newSimFiguresCmd() *cobra.Command {
+	var out, scen string
+	cmd := &cobra.Command{
+		Use:   "figures --out DIR",
+		Short: "Regenerate every paper reproduction as SVG plots plus a markdown report",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usagef("sim figures: --out is required")
+			}
+			if st, err := os.Stat(scen); err != nil || !st.IsDir() {
+				return usagef("sim figures: scenario dir %q not found (use --scenarios)", scen)
+			}
+			if err := sim.Figures(scen, out, cmd.ErrOrStderr()); err != nil {
+				return fmt.Errorf("sim figures: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/report.md\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "output directory")
+	cmd.Flags().StringVar(&scen, "scenarios", "scenarios", "directory holding the scenario files")
+	return cmd
+}

@@ -1,0 +1,1167 @@
+package sim
+
+import (
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+
+	"github.com/rxlane/rxlane/internal/sim/event"
+)
+
+const (
+	laneLow  = 0
+	laneHigh = 1
+)
+
+// CPU execution levels; a higher level preempts a lower one.
+const (
+	lvlThread = iota
+	lvlSoftirq
+	lvlIRQ
+	nLevels
+)
+
+// accounting kinds
+const (
+	kIRQ = iota
+	kSoftirq
+	kApp
+	nKinds
+)
+
+type napiKind uint8
+
+const (
+	kindNIC napiKind = iota
+	kindGRO
+	kindBacklog
+	kindSplit // second half of a split stage: inline unless FALCON steers it
+)
+
+type packet struct {
+	flow  *flow
+	lane  int
+	size  int32
+	hash  uint32
+	nic   int32
+	stage int32
+	born  int64
+	svc   int64
+	next  *packet
+}
+
+// pktq is a FIFO ring buffer of packets.
+type pktq struct {
+	buf  []*packet
+	head int
+	n    int
+}
+
+func (q *pktq) push(p *packet) {
+	if q.n == len(q.buf) {
+		nb := make([]*packet, max(16, 2*len(q.buf)))
+		for i := 0; i < q.n; i++ {
+			nb[i] = q.buf[(q.head+i)%len(q.buf)]
+		}
+		q.buf, q.head = nb, 0
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = p
+	q.n++
+}
+
+func (q *pktq) pop() *packet {
+	p := q.buf[q.head]
+	q.buf[q.head] = nil
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	return p
+}
+
+// napi is one NAPI instance on one CPU (a "device" in the papers).
+type napi struct {
+	name     string
+	kind     napiKind
+	cpu      *cpu
+	q        [2]pktq
+	proc     [2]pktq // backlog only: process_queue (limit counts input q only)
+	perLane  bool
+	limit    int
+	weight   int
+	sched    bool
+	irqOn    bool
+	ringLane int // -1: carries every lane; else the class ring's lane
+	tx       int
+	drops    int64
+	polls    int64
+}
+
+func (n *napi) qlen() int { return n.q[0].n + n.q[1].n }
+
+// has reports whether the lane has packets waiting (input or process queue).
+func (n *napi) has(lane int) bool { return n.q[lane].n+n.proc[lane].n > 0 }
+
+func (n *napi) total() int { return n.qlen() + n.proc[0].n + n.proc[1].n }
+
+type stage struct {
+	name  string
+	idx   int
+	id    uint32 // ifindex used by FALCON's device hash
+	kind  napiKind
+	cost  Cost
+	frac  float64 // share of the spec cost (split stages)
+	limit int
+	drops int64
+}
+
+type slot struct {
+	active, running, preempted bool
+	start, end, rem            int64
+	kind                       int
+	h                          event.Handle
+}
+
+type thread struct {
+	app   *app
+	cpu   *cpu
+	q     pktq
+	cur   *packet
+	cost  int64
+	drops int64
+}
+
+type app struct {
+	spec    *AppSpec
+	threads []*thread
+}
+
+type cpu struct {
+	m  *Model
+	id int
+
+	slots [nLevels]slot
+	endFn [nLevels]func()
+	irqQ  []*napi // pending hard IRQs; nil = IPI
+	isrN  *napi
+	isIPI bool
+
+	inSoftirq, pending, deferred bool
+	sirqLevel, restarts          int
+	sirqStart                    int64
+
+	global, local, repollL []*napi
+	backlog                *napi
+	gro                    []*napi // by stage idx
+	rings                  []*napi // NIC rings served by this CPU
+	rtRings                []*napi
+
+	rxStart   int64
+	budget    int
+	curNapi   *napi
+	curLane   int
+	curLimit  int
+	work      int
+	pollOH    int64
+	phase     int
+	curPkt    *packet
+	curCost   int64
+	inlining  bool
+	iter      int64
+	squeezed  int64
+	ksoftirqd int64
+
+	threads   []*thread
+	rr        int
+	curThread *thread // owner of the thread slot; nil = ksoftirqd
+	kickSet   bool
+	kickFn    func()
+
+	acct, acct0  [nKinds]int64
+	netRx, irqs  int64
+	netRx0, irq0 int64
+	lastBusy     int64
+	load         float64
+}
+
+const (
+	phEntry = iota
+	phTx
+	phPkt
+	phExit
+)
+
+type flowStats struct {
+	name, lane      string
+	sent, delivered int64
+	dropped         int64
+	dropsAt         map[string]int64
+	bytes           int64
+	doneInWindow    int64
+	latSum, waitSum float64
+	latN            int64
+	hist            *histogram
+}
+
+type flow struct {
+	spec  *FlowSpec
+	st    *flowStats
+	path  []*stage
+	lane  int
+	hash  uint32
+	nic   int
+	rxCPU int
+	app   *app
+	th    *thread
+	sent  int
+	on    bool
+	next  func()
+}
+
+// Model is one instantiated scenario.
+type Model struct {
+	sc    *Scenario
+	sim   *event.Sim
+	rng   *rand.Rand
+	cpus  []*cpu
+	flows []*flow
+	fst   []*flowStats
+	apps  map[string]*app
+	pol   policy
+
+	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
+	txNs, coalesceNs                                           int64
+	warm, end                                                  int64
+	restartLimit                                               int
+	noDefer                                                    bool
+	steer                                                      string
+	falconOn                                                   bool
+	falconOnTime, lastFalconT                                  int64
+	lavg                                                       float64
+	rings                                                      [][]*napi // [nic][ring]
+	rpsCPUs, falconCPUs                                        []int
+	free                                                       *packet
+
+	inSys       int64
+	area        float64
+	lastT       int64
+	winArrivals int64
+	sojSum      float64
+	sojN        int64
+	trace       []PollRecord
+	traceOn     bool
+	backlogName string
+	stages      []*stage
+}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	// murmur3 fmix32 so that similar names spread over the top bits too
+	x := h.Sum32()
+	x ^= x >> 16
+	x *= 0x85ebca6b
+	x ^= x >> 13
+	x *= 0xc2b2ae35
+	x ^= x >> 16
+	return x
+}
+
+// hash32 is the kernel's hash_32(val, 32): multiply by GOLDEN_RATIO_32.
+func hash32(v uint32) uint32 { return v * 0x61C88647 }
+
+// reciprocalScale is the kernel's reciprocal_scale(val, n).
+func reciprocalScale(v uint32, n int) int { return int((uint64(v) * uint64(n)) >> 32) }
+
+func ns(x float64) int64 { return int64(math.Round(x)) }
+
+// NewModel builds the runtime model from a normalized scenario.
+func NewModel(sc *Scenario) *Model {
+	m := &Model{sc: sc, sim: event.New(), apps: map[string]*app{}}
+	m.rng = rand.New(rand.NewPCG(uint64(sc.Seed), 0x5eed))
+	k := sc.Kernel
+	m.budgetNs = ns(k.BudgetUsecs * 1000)
+	m.isrNs, m.ipiNs, m.pollNs = ns(k.ISRNs), ns(k.IPINs), ns(k.PollNs)
+	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
+	m.txNs = ns(sc.NIC.TxNs)
+	m.coalesceNs = ns(sc.NIC.CoalesceUs * 1000)
+	m.restartLimit = k.RestartLimit
+	m.noDefer = k.NoKsoftirqdDefer
+	m.warm = ns(sc.WarmupMs * 1e6)
+	m.end = ns(sc.DurationMs * 1e6)
+	m.steer = sc.Steering.Mode
+	m.rpsCPUs = sc.Steering.RPSCPUs
+	m.falconCPUs = sc.Steering.FalconCPUs
+	m.traceOn = sc.Trace.PollOrder
+	m.pol = newPolicy(sc)
+
+	rss := sc.NIC.RSSCPUs
+	var appCPUs []int
+	if sc.ANP != nil && sc.ANP.Reserved > 0 {
+		rss = nil
+		for i := 0; i < sc.ANP.Reserved; i++ {
+			rss = append(rss, i)
+		}
+		for i := sc.ANP.Reserved; i < sc.CPUs; i++ {
+			appCPUs = append(appCPUs, i)
+		}
+	} else {
+		for i := 0; i < sc.CPUs; i++ {
+			appCPUs = append(appCPUs, i)
+		}
+	}
+	if sc.ANP != nil && sc.ANP.Reserved == 0 {
+		rss = nil
+		for i := 0; i < sc.CPUs; i++ {
+			rss = append(rss, i)
+		}
+	}
+
+	// stages, with split halves
+	var bl []string
+	for i := range sc.Stages {
+		sp := &sc.Stages[i]
+		kind := map[string]napiKind{"nic": kindNIC, "gro": kindGRO, "backlog": kindBacklog}[sp.Kind]
+		lim := sp.Limit
+		if lim == 0 {
+			lim = k.MaxBacklog
+		}
+		if kind == kindBacklog {
+			bl = append(bl, sp.Name)
+		}
+		if sp.Split > 0 {
+			a := &stage{name: sp.Name, kind: kind, cost: sp.Cost, frac: 1 - sp.Split, limit: lim}
+			b := &stage{name: sp.Name + ".2", kind: kindSplit, cost: sp.Cost, frac: sp.Split, limit: k.MaxBacklog}
+			m.stages = append(m.stages, a, b)
+		} else {
+			m.stages = append(m.stages, &stage{name: sp.Name, kind: kind, cost: sp.Cost, frac: 1, limit: lim})
+		}
+	}
+	for i, st := range m.stages {
+		st.idx = i
+		st.id = uint32(i + 2) // ifindex 1 is lo
+	}
+	m.backlogName = "backlog"
+	if len(bl) == 1 {
+		m.backlogName = bl[0]
+	}
+
+	perLane := m.pol.perLane()
+	for i := 0; i < sc.CPUs; i++ {
+		c := &cpu{m: m, id: i}
+		for l := 0; l < nLevels; l++ {
+			l := l
+			c.endFn[l] = func() { c.chunkEnd(l) }
+		}
+		c.kickFn = c.kicked
+		c.backlog = &napi{name: m.backlogName, kind: kindBacklog, cpu: c, perLane: perLane, limit: k.MaxBacklog, weight: k.Weight, ringLane: -1}
+		c.gro = make([]*napi, len(m.stages))
+		for _, st := range m.stages {
+			if st.kind == kindGRO {
+				c.gro[st.idx] = &napi{name: st.name, kind: kindGRO, cpu: c, perLane: perLane, limit: st.limit, weight: k.Weight, ringLane: -1}
+			}
+		}
+		m.cpus = append(m.cpus, c)
+	}
+
+	// NIC rings: per NIC, per RSS CPU (one queue each), per class if the
+	// ring strategy has class rings.
+	nicName := "eth"
+	for _, st := range m.stages {
+		if st.kind == kindNIC {
+			nicName = st.name
+			break
+		}
+	}
+	classRings := sc.NIC.Rings != "sq"
+	for ni := 0; ni < sc.NIC.Count; ni++ {
+		var rs []*napi
+		for _, ci := range rss {
+			c := m.cpus[ci]
+			base := nicName
+			if sc.NIC.Count > 1 {
+				base = nicName + itoa(ni)
+			}
+			if len(rss) > 1 {
+				base += "-q" + itoa(ci)
+			}
+			mk := func(name string, lane, weight, size int) *napi {
+				n := &napi{name: name, kind: kindNIC, cpu: c, limit: size, weight: weight, irqOn: true, ringLane: lane}
+				c.rings = append(c.rings, n)
+				if lane == laneHigh {
+					c.rtRings = append(c.rtRings, n)
+				}
+				rs = append(rs, n)
+				return n
+			}
+			if classRings {
+				wh, wl := k.Weight, k.Weight
+				if sc.NIC.Rings == "wfq" {
+					w := sc.NIC.WFQWeights
+					wh = max(1, k.Weight*w[0]/(w[0]+w[1]))
+					wl = max(1, k.Weight*w[1]/(w[0]+w[1]))
+				}
+				if sc.NIC.Rings == "prio" {
+					wh = math.MaxInt32
+				}
+				mk(base+"/rt", laneHigh, wh, sc.NIC.RingSize)
+				mk(base+"/be", laneLow, wl, sc.NIC.RingSize)
+			} else {
+				mk(base, -1, k.Weight, sc.NIC.RingSize)
+			}
+		}
+		m.rings = append(m.rings, rs)
+	}
+
+	// apps and their threads
+	ai := 0
+	for i := range sc.Apps {
+		sp := &sc.Apps[i]
+		a := &app{spec: sp}
+		for t := 0; t < sp.Threads; t++ {
+			var ci int
+			if sp.CPU != nil && (sc.ANP == nil) {
+				ci = *sp.CPU
+			} else {
+				ci = appCPUs[ai%len(appCPUs)]
+				ai++
+			}
+			th := &thread{app: a, cpu: m.cpus[ci]}
+			a.threads = append(a.threads, th)
+			m.cpus[ci].threads = append(m.cpus[ci].threads, th)
+		}
+		m.apps[sp.Name] = a
+	}
+
+	// flows
+	for i := range sc.Flows {
+		sp := &sc.Flows[i]
+		fs := &flowStats{name: sp.Name, lane: sp.Lane, dropsAt: map[string]int64{}, hist: newHistogram()}
+		m.fst = append(m.fst, fs)
+		var path []*stage
+		for _, p := range sp.Path {
+			for _, st := range m.stages {
+				if st.name == p || st.name == p+".2" {
+					path = append(path, st)
+				}
+			}
+		}
+		for cp := 0; cp < sp.Copies; cp++ {
+			f := &flow{spec: sp, st: fs, path: path}
+			if sp.Lane == "high" {
+				f.lane = laneHigh
+			}
+			if sp.Hash != nil {
+				f.hash = *sp.Hash + uint32(cp)*0x9E3779B9
+			} else {
+				f.hash = fnv32(sp.Name + "#" + itoa(cp))
+			}
+			f.nic = cp % sc.NIC.Count
+			f.rxCPU = reciprocalScale(f.hash, len(rss))
+			if sp.App != "" {
+				f.app = m.apps[sp.App]
+				f.th = f.app.threads[(len(m.flows))%len(f.app.threads)]
+			}
+			m.flows = append(m.flows, f)
+		}
+	}
+	return m
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	p := len(b)
+	neg := i < 0
+	if neg {
+		i = -i
+	}
+	for i > 0 {
+		p--
+		b[p] = byte('0' + i%10)
+		i /= 10
+	}
+	if neg {
+		p--
+		b[p] = '-'
+	}
+	return string(b[p:])
+}
+
+func (m *Model) sample(c Cost, size int32, frac float64) int64 {
+	mean := c.Ns + c.PerByteNs*float64(size)
+	var v float64
+	switch c.Dist {
+	case "exp":
+		v = m.rng.ExpFloat64() * mean
+	case "uniform":
+		v = mean * (1 + c.Spread*(2*m.rng.Float64()-1))
+	default:
+		v = mean
+	}
+	return int64(math.Round(v * frac))
+}
+
+// ---- packets, Little's law ----
+
+func (m *Model) newPacket(f *flow) *packet {
+	p := m.free
+	if p != nil {
+		m.free = p.next
+		*p = packet{}
+	} else {
+		p = &packet{}
+	}
+	now := m.sim.Now()
+	p.flow, p.lane, p.size, p.hash, p.born = f, f.lane, int32(f.spec.Size), f.hash, now
+	m.littleStep(now)
+	m.inSys++
+	if now >= m.warm {
+		m.winArrivals++
+		f.st.sent++
+	}
+	return p
+}
+
+func (m *Model) littleStep(now int64) {
+	if now > m.warm {
+		from := max(m.lastT, m.warm)
+		m.area += float64(m.inSys) * float64(now-from)
+	}
+	m.lastT = now
+}
+
+func (m *Model) release(p *packet) {
+	now := m.sim.Now()
+	m.littleStep(now)
+	m.inSys--
+	if p.born >= m.warm {
+		m.sojSum += float64(now - p.born)
+		m.sojN++
+	}
+	p.flow = nil
+	p.next = m.free
+	m.free = p
+}
+
+func (m *Model) drop(p *packet, where string) {
+	if p.born >= m.warm {
+		p.flow.st.dropped++
+		p.flow.st.dropsAt[where]++
+	}
+	f := p.flow
+	m.release(p)
+	if f.spec.Arrival.Type == "closed" {
+		// a lost request times out; the client retries after one RTT
+		m.sim.Schedule(ns(f.spec.Arrival.RTTUs*1000)+1, f.next)
+	}
+}
+
+func (m *Model) complete(p *packet) {
+	now := m.sim.Now()
+	f := p.flow
+	st := f.st
+	if p.born >= m.warm {
+		st.delivered++
+		lat := now - p.born
+		st.latSum += float64(lat)
+		st.waitSum += float64(lat - p.svc)
+		st.latN++
+		st.hist.record(lat)
+	}
+	if now >= m.warm {
+		st.doneInWindow++
+		st.bytes += int64(p.size)
+	}
+	m.release(p)
+	if f.spec.Arrival.Type == "closed" {
+		m.sim.Schedule(ns(f.spec.Arrival.RTTUs*1000), f.next)
+	}
+}
+
+// ---- arrivals ----
+
+func (m *Model) startFlow(f *flow) {
+	a := &f.spec.Arrival
+	start := ns(a.StartUs * 1000)
+	switch a.Type {
+	case "burst":
+		m.sim.At(start, func() {
+			for i := 0; i < a.Count; i++ {
+				m.nicRx(m.newPacket(f))
+			}
+		})
+	case "closed":
+		f.next = func() {
+			if a.Count > 0 && f.sent >= a.Count {
+				return
+			}
+			f.sent++
+			m.nicRx(m.newPacket(f))
+		}
+		for i := 0; i < a.Window; i++ {
+			m.sim.At(start, f.next)
+		}
+	default:
+		gap := 1e9 / a.RatePps
+		f.on = true
+		var onEnd int64
+		f.next = func() {
+			if a.Count > 0 && f.sent >= a.Count {
+				return
+			}
+			now := m.sim.Now()
+			if a.Type == "onoff" && now >= onEnd {
+				// off period, then a new on period
+				off := int64(m.rng.ExpFloat64() * a.OffUs * 1000)
+				onEnd = now + off + int64(m.rng.ExpFloat64()*a.OnUs*1000)
+				m.sim.Schedule(off, f.next)
+				return
+			}
+			f.sent++
+			m.nicRx(m.newPacket(f))
+			var d float64
+			if a.Type == "const" {
+				d = gap
+			} else {
+				d = m.rng.ExpFloat64() * gap
+			}
+			m.sim.Schedule(int64(math.Round(d)), f.next)
+		}
+		if a.Type == "onoff" {
+			onEnd = start + int64(m.rng.ExpFloat64()*a.OnUs*1000)
+		}
+		if a.Type == "poisson" {
+			start += int64(m.rng.ExpFloat64() * gap)
+		}
+		m.sim.At(start, f.next)
+	}
+}
+
+// nicRx is a packet arriving at the NIC: DMA to its Rx ring, IRQ if the
+// ring's interrupt is enabled.
+func (m *Model) nicRx(p *packet) {
+	f := p.flow
+	nic := f.nic
+	if f.spec.SpreadNIC {
+		nic = m.rng.IntN(len(m.rings))
+	}
+	rs := m.rings[nic]
+	var r *napi
+	// rings of this NIC are laid out per RSS CPU, then per class
+	classes := 1
+	if m.sc.NIC.Rings != "sq" {
+		classes = 2
+	}
+	base := f.rxCPU * classes
+	r = rs[base]
+	if classes == 2 && p.lane == laneLow {
+		r = rs[base+1]
+	}
+	p.nic = int32(nic)
+	p.stage = 0
+	if r.q[0].n >= r.limit {
+		r.drops++
+		m.drop(p, r.name)
+		return
+	}
+	r.q[0].push(p)
+	if r.irqOn {
+		r.irqOn = false
+		if d := m.coalesceNs; d > 0 {
+			// interrupt moderation: the IRQ fires coalesce_us after the
+			// first packet that found the interrupt enabled
+			m.sim.Schedule(d, func() { r.cpu.raiseIRQ(r, false) })
+		} else {
+			r.cpu.raiseIRQ(r, false)
+		}
+	}
+}
+
+// ---- CPU execution ----
+
+func (c *cpu) now() int64 { return c.m.sim.Now() }
+
+func (c *cpu) start(level int, cost int64, kind int) {
+	for l := level - 1; l >= 0; l-- {
+		if c.slots[l].running {
+			c.pause(l)
+		}
+	}
+	s := &c.slots[level]
+	now := c.now()
+	s.active, s.running, s.preempted, s.kind = true, true, false, kind
+	s.start, s.end = now, now+cost
+	s.h = c.m.sim.At(s.end, c.endFn[level])
+}
+
+func (c *cpu) pause(l int) {
+	s := &c.slots[l]
+	now := c.now()
+	c.m.sim.Cancel(s.h)
+	c.acct[s.kind] += now - s.start
+	s.rem = s.end - now
+	s.running = false
+	s.preempted = true
+}
+
+func (c *cpu) resume(l int) {
+	s := &c.slots[l]
+	now := c.now()
+	add := int64(0)
+	if l == lvlThread && s.preempted && s.kind == kApp {
+		add = c.m.penaltyNs
+	}
+	s.preempted = false
+	s.running = true
+	s.start = now
+	s.end = now + s.rem + add
+	s.h = c.m.sim.At(s.end, c.endFn[l])
+}
+
+func (c *cpu) chunkEnd(l int) {
+	s := &c.slots[l]
+	c.acct[s.kind] += c.now() - s.start
+	s.active, s.running = false, false
+	switch l {
+	case lvlIRQ:
+		c.isrDone()
+	case lvlSoftirq:
+		c.sirqCont()
+	default:
+		if c.curThread == nil {
+			c.sirqCont()
+		} else {
+			c.threadDone()
+		}
+	}
+}
+
+func (c *cpu) idle() bool {
+	return !c.inSoftirq && !c.slots[0].active && !c.slots[1].active && !c.slots[2].active
+}
+
+func (c *cpu) kick() {
+	if c.kickSet || !c.idle() {
+		return
+	}
+	c.kickSet = true
+	c.m.sim.Schedule(0, c.kickFn)
+}
+
+func (c *cpu) kicked() {
+	c.kickSet = false
+	if c.idle() {
+		c.next()
+	}
+}
+
+// raiseIRQ delivers a hard interrupt: a NIC ring's IRQ (n) or an IPI.
+func (c *cpu) raiseIRQ(n *napi, ipi bool) {
+	c.irqs++
+	if c.slots[lvlIRQ].active {
+		if ipi {
+			n = nil
+		}
+		c.irqQ = append(c.irqQ, n)
+		return
+	}
+	c.startISR(n, ipi)
+}
+
+func (c *cpu) startISR(n *napi, ipi bool) {
+	c.isrN, c.isIPI = n, ipi
+	cost := c.m.isrNs
+	if ipi {
+		cost = c.m.ipiNs
+	}
+	c.start(lvlIRQ, cost, kIRQ)
+}
+
+func (c *cpu) isrDone() {
+	if n := c.isrN; n != nil && !c.isIPI {
+		// napi_schedule from the driver's ISR
+		if !n.sched {
+			n.sched = true
+			c.m.pol.schedule(c, n, laneLow)
+		}
+		c.pending = true
+	}
+	c.isrN = nil
+	if len(c.irqQ) > 0 {
+		n := c.irqQ[0]
+		copy(c.irqQ, c.irqQ[1:])
+		c.irqQ = c.irqQ[:len(c.irqQ)-1]
+		c.startISR(n, n == nil)
+		return
+	}
+	c.next()
+}
+
+// next decides what the CPU runs once the current chunk is done.
+func (c *cpu) next() {
+	if c.slots[lvlIRQ].active {
+		return
+	}
+	if c.slots[lvlSoftirq].active {
+		c.resume(lvlSoftirq)
+		return
+	}
+	if c.pending && !c.inSoftirq && (!c.deferred || c.m.noDefer) {
+		c.doSoftirq(lvlSoftirq)
+		return
+	}
+	if c.slots[lvlThread].active {
+		c.resume(lvlThread)
+		return
+	}
+	c.pickThread()
+}
+
+func (c *cpu) pickThread() {
+	n := len(c.threads)
+	for i := 0; i <= n; i++ {
+		j := (c.rr + i) % (n + 1)
+		if j == n {
+			if c.deferred && c.pending && !c.inSoftirq {
+				c.rr = (j + 1) % (n + 1)
+				c.curThread = nil
+				c.ksoftirqd++
+				c.doSoftirq(lvlThread)
+				return
+			}
+			continue
+		}
+		t := c.threads[j]
+		if t.q.n > 0 {
+			c.rr = (j + 1) % (n + 1)
+			c.curThread = t
+			p := t.q.pop()
+			t.cur = p
+			t.cost = c.m.sample(t.app.spec.Cost, p.size, 1)
+			c.start(lvlThread, t.cost, kApp)
+			return
+		}
+	}
+	if c.deferred && !c.pending {
+		c.deferred = false
+	}
+}
+
+func (c *cpu) threadDone() {
+	t := c.curThread
+	p := t.cur
+	t.cur = nil
+	p.svc += t.cost
+	c.m.complete(p)
+	c.next()
+}
+
+// ---- softirq / net_rx_action ----
+
+func (c *cpu) doSoftirq(level int) {
+	c.inSoftirq = true
+	c.sirqLevel = level
+	c.restarts = 0
+	c.sirqStart = c.now()
+	c.netRxAction()
+}
+
+func (c *cpu) chunk(cost int64) { c.start(c.sirqLevel, cost, kSoftirq) }
+
+func (c *cpu) netRxAction() {
+	c.pending = false
+	c.netRx++
+	c.rxStart = c.now()
+	c.budget = c.m.sc.Kernel.Budget
+	c.m.pol.beginRx(c)
+	if c.m.entryNs > 0 {
+		c.phase = phEntry
+		c.chunk(c.m.entryNs)
+		return
+	}
+	c.rxStep()
+}
+
+func (c *cpu) sirqCont() {
+	switch c.phase {
+	case phEntry:
+		c.rxStep()
+	case phTx:
+		c.pollPackets()
+	case phPkt:
+		c.pktDone()
+	case phExit:
+		c.softirqEnd()
+	}
+}
+
+func (c *cpu) rxStep() {
+	if c.budget <= 0 || c.now()-c.rxStart >= c.m.budgetNs {
+		if c.m.pol.pending(c) {
+			c.squeezed++
+		}
+		c.endRx()
+		return
+	}
+	n := c.m.pol.pick(c)
+	if n == nil {
+		c.endRx()
+		return
+	}
+	c.curNapi = n
+	c.work = 0
+	c.curLane, c.curLimit = c.m.pol.pollQueue(c, n)
+	if c.curLimit > c.budget && n.kind == kindNIC && n.ringLane == laneHigh && c.m.sc.NIC.Rings == "prio" {
+		c.curLimit = max(c.curLimit, 1)
+	}
+	n.polls++
+	c.pollOH = c.m.pollNs
+	if n.tx > 0 {
+		k := min(n.tx, c.m.sc.NIC.TxWorkLimit)
+		n.tx -= k
+		c.phase = phTx
+		c.chunk(int64(k)*c.m.txNs + c.pollOH)
+		c.pollOH = 0
+		return
+	}
+	c.pollPackets()
+}
+
+func (c *cpu) pollPackets() {
+	n := c.curNapi
+	q := &n.q[c.curLane]
+	if n.kind == kindBacklog {
+		// process_backlog: splice input_pkt_queue into process_queue
+		pq := &n.proc[c.curLane]
+		if pq.n == 0 {
+			for q.n > 0 {
+				pq.push(q.pop())
+			}
+		}
+		q = pq
+	}
+	if c.work >= c.curLimit || q.n == 0 || (c.work > 0 && c.m.pol.yield(c, n)) {
+		c.pollDone()
+		return
+	}
+	p := q.pop()
+	c.curPkt = p
+	st := p.flow.path[p.stage]
+	c.curCost = c.m.sample(st.cost, p.size, st.frac)
+	c.phase = phPkt
+	c.inlining = false
+	c.chunk(c.curCost + c.pollOH)
+	c.pollOH = 0
+}
+
+func (c *cpu) pktDone() {
+	p := c.curPkt
+	p.svc += c.curCost
+	if !c.inlining {
+		c.work++
+		c.budget--
+	}
+	if c.advance(p) {
+		return
+	}
+	c.pollPackets()
+}
+
+// advance moves p past the stage it just finished: deliver, run the next
+// stage inline (PRISM-sync, unsteered split halves) or enqueue it through
+// a stage transition function. It reports whether it started an inline
+// chunk.
+func (c *cpu) advance(p *packet) bool {
+	m := c.m
+	if n := c.curNapi; n != nil && n.kind == kindNIC && m.txNs > 0 {
+		n.tx++ // forwarded: one Tx descriptor to clean on a later poll
+	}
+	p.stage++
+	f := p.flow
+	if int(p.stage) == len(f.path) {
+		c.deliver(p)
+		return false
+	}
+	st := f.path[p.stage]
+	inline := m.pol.inline(p)
+	if st.kind == kindSplit && !(m.steer == "falcon" && m.falconOn) {
+		inline = true
+	}
+	if inline {
+		c.curPkt = p
+		c.curCost = m.sample(st.cost, p.size, st.frac)
+		c.phase = phPkt
+		c.inlining = true
+		// a synchronous stage call pays the per-call overhead that a
+		// batched poll amortises over its batch
+		c.chunk(c.curCost + m.pollNs)
+		return true
+	}
+	c.transition(p, st)
+	return false
+}
+
+// transition is the stage transition function (netif_rx,
+// gro_cells_receive, enqueue_to_backlog) with the steering decision.
+func (c *cpu) transition(p *packet, st *stage) {
+	m := c.m
+	var n *napi
+	switch {
+	case m.steer == "falcon" && m.falconOn:
+		n = m.cpus[m.falconCPU(p.hash, st.id)].backlog
+	case st.kind == kindGRO:
+		n = c.gro[st.idx]
+	case (m.steer == "rps" || m.steer == "falcon") && len(m.rpsCPUs) > 0:
+		n = m.cpus[m.rpsCPUs[reciprocalScale(p.hash, len(m.rpsCPUs))]].backlog
+	default:
+		n = c.backlog
+	}
+	t := n.cpu
+	lane := 0
+	if n.perLane {
+		lane = p.lane
+	}
+	lim := n.limit
+	if st.kind != kindSplit && n.kind != kindBacklog {
+		lim = st.limit
+	}
+	if n.qlen() >= lim {
+		n.drops++
+		st.drops++
+		m.drop(p, st.name)
+		return
+	}
+	n.q[lane].push(p)
+	if !n.sched {
+		n.sched = true
+		m.pol.schedule(t, n, p.lane)
+		t.pending = true
+		if t != c {
+			t.raiseIRQ(nil, true)
+		}
+	} else if p.lane == laneHigh {
+		m.pol.bump(t, n)
+	}
+}
+
+func (c *cpu) deliver(p *packet) {
+	f := p.flow
+	if f.th == nil {
+		c.m.complete(p)
+		return
+	}
+	t := f.th
+	if t.q.n >= t.app.spec.SocketLimit {
+		t.drops++
+		c.m.drop(p, "socket:"+t.app.spec.Name)
+		return
+	}
+	t.q.push(p)
+	t.cpu.kick()
+}
+
+func (c *cpu) pollDone() {
+	n := c.curNapi
+	c.curNapi = nil
+	if n.total() == 0 {
+		n.sched = false
+		if n.kind == kindNIC {
+			n.irqOn = true
+		}
+	} else {
+		c.m.pol.repoll(c, n)
+	}
+	if c.m.traceOn && len(c.m.trace) < c.m.sc.Trace.Max {
+		c.iter++
+		lane := "low"
+		if c.curLane == laneHigh {
+			lane = "high"
+		}
+		c.m.trace = append(c.m.trace, PollRecord{Iter: c.iter, Time: float64(c.now()) / 1000, CPU: c.id, Device: n.name, Lane: lane, Packets: c.work, PollList: c.m.pol.snapshot(c)})
+	}
+	c.rxStep()
+}
+
+func (c *cpu) endRx() {
+	c.m.pol.endRx(c)
+	if c.m.pol.pending(c) {
+		c.pending = true
+	}
+	if c.m.exitNs > 0 {
+		c.phase = phExit
+		c.chunk(c.m.exitNs)
+		return
+	}
+	c.softirqEnd()
+}
+
+// softirqEnd is the tail of __do_softirq: restart while pending, at most
+// softirq_restart times and within 2 ms, else wake ksoftirqd.
+func (c *cpu) softirqEnd() {
+	if c.pending {
+		if c.restarts+1 < c.m.restartLimit && c.now()-c.sirqStart < 2_000_000 {
+			c.restarts++
+			c.netRxAction()
+			return
+		}
+		c.deferred = true
+	}
+	c.inSoftirq = false
+	c.next()
+}
+
+// ---- FALCON ----
+
+func (m *Model) falconCPU(h uint32, ifindex uint32) int {
+	hash := hash32(h + ifindex)
+	fc := m.falconCPUs
+	ci := fc[hash%uint32(len(fc))]
+	if m.sc.Steering.Static || m.cpus[ci].load < m.sc.Steering.Threshold {
+		return ci
+	}
+	hash = hash32(hash)
+	return fc[hash%uint32(len(fc))]
+}
+
+func (c *cpu) busy() int64 {
+	b := c.acct[kIRQ] + c.acct[kSoftirq] + c.acct[kApp]
+	for l := range c.slots {
+		if c.slots[l].running {
+			b += c.now() - c.slots[l].start
+		}
+	}
+	return b
+}
+
+func (m *Model) loadTick() {
+	w := ns(m.sc.Steering.WindowUs * 1000)
+	sum := 0.0
+	for _, c := range m.cpus {
+		b := c.busy()
+		c.load = float64(b-c.lastBusy) / float64(w)
+		c.lastBusy = b
+		sum += c.load
+	}
+	m.lavg = sum / float64(len(m.cpus))
+	now := m.sim.Now()
+	if m.falconOn && now > m.warm {
+		m.falconOnTime += now - max(m.lastFalconT, m.warm)
+	}
+	m.lastFalconT = now
+	m.falconOn = m.lavg < m.sc.Steering.Threshold
+	m.sim.Schedule(w, m.loadTick)
+}
+
+func listNames(ls ...[]*napi) []string {
+	var out []string
+	for _, l := range ls {
+		for _, n := range l {
+			out = append(out, n.name)
+		}
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}

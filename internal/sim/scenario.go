@@ -1,0 +1,588 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Scenario is one simulation input, as read from YAML. docs/sim.md
+// documents every field; defaults are filled by Normalize.
+type Scenario struct {
+	Name        string      `yaml:"name" json:"name"`
+	Description string      `yaml:"description" json:"description,omitempty"`
+	Paper       string      `yaml:"paper" json:"paper,omitempty"`
+	Seed        int64       `yaml:"seed" json:"seed"`
+	DurationMs  float64     `yaml:"duration_ms" json:"duration_ms"`
+	WarmupMs    float64     `yaml:"warmup_ms" json:"warmup_ms"`
+	CPUs        int         `yaml:"cpus" json:"cpus"`
+	Kernel      Kernel      `yaml:"kernel" json:"kernel"`
+	NIC         NIC         `yaml:"nic" json:"nic"`
+	Policy      string      `yaml:"policy" json:"policy"`
+	Repoll      string      `yaml:"repoll" json:"repoll"`
+	Steering    Steering    `yaml:"steering" json:"steering"`
+	ANP         *ANP        `yaml:"anp" json:"anp,omitempty"`
+	Stages      []StageSpec `yaml:"stages" json:"stages"`
+	Apps        []AppSpec   `yaml:"apps" json:"apps,omitempty"`
+	Flows       []FlowSpec  `yaml:"flows" json:"flows"`
+	Trace       TraceSpec   `yaml:"trace" json:"trace"`
+}
+
+// Kernel holds the net_rx_action and softirq knobs.
+type Kernel struct {
+	Budget           int     `yaml:"netdev_budget" json:"netdev_budget"`
+	BudgetUsecs      float64 `yaml:"netdev_budget_usecs" json:"netdev_budget_usecs"`
+	Weight           int     `yaml:"weight" json:"weight"`
+	MaxBacklog       int     `yaml:"netdev_max_backlog" json:"netdev_max_backlog"`
+	RestartLimit     int     `yaml:"softirq_restart" json:"softirq_restart"`
+	SoftirqEntryNs   float64 `yaml:"softirq_entry_ns" json:"softirq_entry_ns"`
+	SoftirqExitNs    float64 `yaml:"softirq_exit_ns" json:"softirq_exit_ns"`
+	ISRNs            float64 `yaml:"isr_ns" json:"isr_ns"`
+	IPINs            float64 `yaml:"ipi_ns" json:"ipi_ns"`
+	PollNs           float64 `yaml:"poll_ns" json:"poll_ns"`
+	PreemptPenaltyNs float64 `yaml:"preempt_penalty_ns" json:"preempt_penalty_ns"`
+	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
+}
+
+// NIC describes the physical NICs and their Rx rings.
+type NIC struct {
+	Count       int     `yaml:"count" json:"count"`
+	RingSize    int     `yaml:"ring_size" json:"ring_size"`
+	RSSCPUs     []int   `yaml:"rss_cpus" json:"rss_cpus"`
+	Rings       string  `yaml:"rings" json:"rings"` // sq, rr, wfq, prio
+	WFQWeights  []int   `yaml:"wfq_weights" json:"wfq_weights,omitempty"`
+	TxNs        float64 `yaml:"tx_ns" json:"tx_ns"`
+	TxWorkLimit int     `yaml:"tx_work_limit" json:"tx_work_limit"`
+	CoalesceUs  float64 `yaml:"coalesce_us" json:"coalesce_us,omitempty"`
+}
+
+// Steering picks the CPU that runs each stage.
+type Steering struct {
+	Mode       string  `yaml:"mode" json:"mode"` // none, rps, falcon
+	RPSCPUs    []int   `yaml:"rps_cpus" json:"rps_cpus,omitempty"`
+	FalconCPUs []int   `yaml:"falcon_cpus" json:"falcon_cpus,omitempty"`
+	Threshold  float64 `yaml:"threshold" json:"threshold"`
+	WindowUs   float64 `yaml:"window_us" json:"window_us"`
+	Static     bool    `yaml:"static" json:"static"`
+}
+
+// ANP reserves CPUs for the receive stack; apps run on the rest.
+type ANP struct {
+	Reserved int `yaml:"reserved" json:"reserved"`
+}
+
+// Cost is a per-packet cost: constant, or a distribution with that mean.
+type Cost struct {
+	Ns        float64 `yaml:"ns" json:"ns"`
+	Dist      string  `yaml:"dist" json:"dist,omitempty"` // const, exp, uniform
+	Spread    float64 `yaml:"spread" json:"spread,omitempty"`
+	PerByteNs float64 `yaml:"per_byte_ns" json:"per_byte_ns,omitempty"`
+}
+
+// UnmarshalYAML accepts a bare number (constant ns) or the full mapping.
+func (c *Cost) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		v, err := strconv.ParseFloat(n.Value, 64)
+		if err != nil {
+			return fmt.Errorf("line %d: cost %q is not a number", n.Line, n.Value)
+		}
+		c.Ns = v
+		return nil
+	}
+	type plain Cost
+	var p plain
+	if err := decodeStrict(n, &p); err != nil {
+		return err
+	}
+	*c = Cost(p)
+	return nil
+}
+
+// StageSpec is one NAPI stage type in a path.
+type StageSpec struct {
+	Name  string  `yaml:"name" json:"name"`
+	Kind  string  `yaml:"kind" json:"kind"` // nic, gro, backlog
+	Cost  Cost    `yaml:"cost" json:"cost"`
+	Split float64 `yaml:"split" json:"split,omitempty"`
+	Limit int     `yaml:"limit" json:"limit,omitempty"`
+}
+
+// AppSpec is an application thread consuming delivered packets.
+type AppSpec struct {
+	Name        string `yaml:"name" json:"name"`
+	CPU         *int   `yaml:"cpu" json:"cpu,omitempty"`
+	Threads     int    `yaml:"threads" json:"threads,omitempty"`
+	Cost        Cost   `yaml:"cost" json:"cost"`
+	SocketLimit int    `yaml:"socket_limit" json:"socket_limit"`
+}
+
+// Arrival is a flow's packet arrival process.
+type Arrival struct {
+	Type    string  `yaml:"type" json:"type"` // const, poisson, onoff, closed, burst
+	RatePps float64 `yaml:"rate_pps" json:"rate_pps,omitempty"`
+	OnUs    float64 `yaml:"on_us" json:"on_us,omitempty"`
+	OffUs   float64 `yaml:"off_us" json:"off_us,omitempty"`
+	Window  int     `yaml:"window" json:"window,omitempty"`
+	RTTUs   float64 `yaml:"rtt_us" json:"rtt_us,omitempty"`
+	Count   int     `yaml:"count" json:"count,omitempty"`
+	StartUs float64 `yaml:"start_us" json:"start_us,omitempty"`
+}
+
+// FlowSpec is one flow.
+type FlowSpec struct {
+	Name      string   `yaml:"name" json:"name"`
+	Lane      string   `yaml:"lane" json:"lane"`
+	Path      []string `yaml:"path" json:"path"`
+	App       string   `yaml:"app" json:"app,omitempty"`
+	Size      int      `yaml:"size" json:"size"`
+	Hash      *uint32  `yaml:"hash" json:"hash,omitempty"`
+	Arrival   Arrival  `yaml:"arrival" json:"arrival"`
+	SpreadNIC bool     `yaml:"spread_nics" json:"spread_nics,omitempty"`
+	Copies    int      `yaml:"copies" json:"copies,omitempty"`
+}
+
+// TraceSpec turns on the poll-order trace.
+type TraceSpec struct {
+	PollOrder bool `yaml:"poll_order" json:"poll_order"`
+	Max       int  `yaml:"max" json:"max"`
+}
+
+func decodeStrict(n *yaml.Node, v any) error {
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		return err
+	}
+	d := yaml.NewDecoder(bytes.NewReader(b))
+	d.KnownFields(true)
+	return d.Decode(v)
+}
+
+// LoadScenario reads a YAML scenario, applies key=value overrides, fills
+// defaults and validates it.
+func LoadScenario(path string, sets []string) (*Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	return ParseScenario(b, sets)
+}
+
+// ErrScenario wraps every validation error of a scenario.
+var ErrScenario = errors.New("invalid scenario")
+
+// ParseScenario is LoadScenario on bytes.
+func ParseScenario(b []byte, sets []string) (*Scenario, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, fmt.Errorf("%w: parse yaml: %v", ErrScenario, err)
+	}
+	if len(root.Content) == 0 {
+		return nil, fmt.Errorf("%w: empty scenario", ErrScenario)
+	}
+	doc := root.Content[0]
+	for _, kv := range sets {
+		if err := setNode(doc, kv); err != nil {
+			return nil, fmt.Errorf("%w: --set %s: %v", ErrScenario, kv, err)
+		}
+	}
+	var sc Scenario
+	if err := decodeStrict(doc, &sc); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrScenario, err)
+	}
+	if err := sc.Normalize(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrScenario, err)
+	}
+	return &sc, nil
+}
+
+// setNode applies "a.b.c=value". Sequence elements are addressed by index
+// or by the value of their name field.
+func setNode(doc *yaml.Node, kv string) error {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value")
+	}
+	var val yaml.Node
+	if err := yaml.Unmarshal([]byte(v), &val); err != nil || len(val.Content) == 0 {
+		val = yaml.Node{Kind: yaml.ScalarNode, Value: v}
+	} else {
+		val = *val.Content[0]
+	}
+	parts := strings.Split(k, ".")
+	n := doc
+	for i, p := range parts {
+		last := i == len(parts)-1
+		switch n.Kind {
+		case yaml.MappingNode:
+			found := false
+			for j := 0; j+1 < len(n.Content); j += 2 {
+				if n.Content[j].Value == p {
+					found = true
+					if last {
+						n.Content[j+1] = &val
+					} else {
+						n = n.Content[j+1]
+					}
+					break
+				}
+			}
+			if !found {
+				if last {
+					n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: p}, &val)
+				} else {
+					m := &yaml.Node{Kind: yaml.MappingNode}
+					n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: p}, m)
+					n = m
+				}
+			}
+		case yaml.SequenceNode:
+			idx := -1
+			if x, err := strconv.Atoi(p); err == nil {
+				idx = x
+			} else {
+				for j, c := range n.Content {
+					if c.Kind == yaml.MappingNode {
+						for q := 0; q+1 < len(c.Content); q += 2 {
+							if c.Content[q].Value == "name" && c.Content[q+1].Value == p {
+								idx = j
+							}
+						}
+					}
+				}
+			}
+			if idx < 0 || idx >= len(n.Content) {
+				return fmt.Errorf("no element %q in %s", p, strings.Join(parts[:i], "."))
+			}
+			if last {
+				n.Content[idx] = &val
+			} else {
+				n = n.Content[idx]
+			}
+		default:
+			return fmt.Errorf("%s is not a mapping or list", strings.Join(parts[:i], "."))
+		}
+	}
+	return nil
+}
+
+// Normalize fills defaults and validates; errors name the field.
+func (s *Scenario) Normalize() error {
+	if s.Name == "" {
+		s.Name = "scenario"
+	}
+	if s.DurationMs <= 0 {
+		return fmt.Errorf("duration_ms: must be > 0")
+	}
+	if s.WarmupMs < 0 || s.WarmupMs >= s.DurationMs {
+		return fmt.Errorf("warmup_ms: must be in [0, duration_ms)")
+	}
+	if s.CPUs == 0 {
+		s.CPUs = 1
+	}
+	if s.CPUs < 0 || s.CPUs > 4096 {
+		return fmt.Errorf("cpus: must be in [1, 4096]")
+	}
+	k := &s.Kernel
+	if k.Budget == 0 {
+		k.Budget = 300
+	}
+	if k.BudgetUsecs == 0 {
+		k.BudgetUsecs = 2000
+	}
+	if k.Weight == 0 {
+		k.Weight = 64
+	}
+	if k.MaxBacklog == 0 {
+		k.MaxBacklog = 1000
+	}
+	if k.RestartLimit == 0 {
+		k.RestartLimit = 10
+	}
+	if k.Budget < 1 || k.Weight < 1 || k.MaxBacklog < 1 || k.RestartLimit < 1 || k.BudgetUsecs < 0 {
+		return fmt.Errorf("kernel: netdev_budget, weight, netdev_max_backlog, softirq_restart must be >= 1")
+	}
+	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs} {
+		if v < 0 {
+			return fmt.Errorf("kernel.%s: must be >= 0", name)
+		}
+	}
+	n := &s.NIC
+	if n.Count == 0 {
+		n.Count = 1
+	}
+	if n.RingSize == 0 {
+		n.RingSize = 1024
+	}
+	if n.Rings == "" {
+		n.Rings = "sq"
+	}
+	if n.TxWorkLimit == 0 {
+		n.TxWorkLimit = 256
+	}
+	if n.CoalesceUs < 0 {
+		return fmt.Errorf("nic.coalesce_us: must be >= 0")
+	}
+	if n.Count < 1 || n.RingSize < 1 {
+		return fmt.Errorf("nic: count and ring_size must be >= 1")
+	}
+	switch n.Rings {
+	case "sq", "rr", "prio":
+	case "wfq":
+		if len(n.WFQWeights) == 0 {
+			n.WFQWeights = []int{3, 1}
+		}
+		if len(n.WFQWeights) != 2 || n.WFQWeights[0] < 1 || n.WFQWeights[1] < 1 {
+			return fmt.Errorf("nic.wfq_weights: want [high, low], both >= 1")
+		}
+	default:
+		return fmt.Errorf("nic.rings: %q is not one of sq, rr, wfq, prio", n.Rings)
+	}
+	if len(n.RSSCPUs) == 0 {
+		n.RSSCPUs = []int{0}
+	}
+	if err := checkCPUs("nic.rss_cpus", n.RSSCPUs, s.CPUs); err != nil {
+		return err
+	}
+	if s.Policy == "" {
+		s.Policy = "vanilla"
+	}
+	switch s.Policy {
+	case "vanilla", "prism-batch", "prism-sync":
+	default:
+		return fmt.Errorf("policy: %q is not one of vanilla, prism-batch, prism-sync", s.Policy)
+	}
+	if s.Repoll == "" {
+		s.Repoll = "fig2"
+	}
+	if s.Repoll != "fig2" && s.Repoll != "kernel" {
+		return fmt.Errorf("repoll: %q is not one of fig2, kernel", s.Repoll)
+	}
+	st := &s.Steering
+	if st.Mode == "" {
+		st.Mode = "none"
+	}
+	switch st.Mode {
+	case "none":
+	case "rps":
+		if len(st.RPSCPUs) == 0 {
+			return fmt.Errorf("steering.rps_cpus: required for mode rps")
+		}
+		if err := checkCPUs("steering.rps_cpus", st.RPSCPUs, s.CPUs); err != nil {
+			return err
+		}
+	case "falcon":
+		if len(st.FalconCPUs) == 0 {
+			for i := 0; i < s.CPUs; i++ {
+				st.FalconCPUs = append(st.FalconCPUs, i)
+			}
+		}
+		if err := checkCPUs("steering.falcon_cpus", st.FalconCPUs, s.CPUs); err != nil {
+			return err
+		}
+		if len(st.RPSCPUs) > 0 {
+			if err := checkCPUs("steering.rps_cpus", st.RPSCPUs, s.CPUs); err != nil {
+				return err
+			}
+		}
+		if st.Threshold == 0 {
+			st.Threshold = 0.85
+		}
+		if st.Threshold < 0 || st.Threshold > 1.0001 {
+			return fmt.Errorf("steering.threshold: must be in (0, 1]")
+		}
+		if st.WindowUs == 0 {
+			st.WindowUs = 1000
+		}
+		if st.WindowUs < 0 {
+			return fmt.Errorf("steering.window_us: must be > 0")
+		}
+	default:
+		return fmt.Errorf("steering.mode: %q is not one of none, rps, falcon", st.Mode)
+	}
+	if s.ANP != nil && (s.ANP.Reserved < 0 || s.ANP.Reserved >= s.CPUs) {
+		return fmt.Errorf("anp.reserved: must be in [0, cpus)")
+	}
+	if len(s.Stages) == 0 {
+		return fmt.Errorf("stages: at least one stage is required")
+	}
+	names := map[string]bool{}
+	for i := range s.Stages {
+		g := &s.Stages[i]
+		f := fmt.Sprintf("stages[%d]", i)
+		if g.Name == "" {
+			return fmt.Errorf("%s.name: required", f)
+		}
+		if names[g.Name] {
+			return fmt.Errorf("%s.name: duplicate stage %q", f, g.Name)
+		}
+		names[g.Name] = true
+		switch g.Kind {
+		case "nic", "gro", "backlog":
+		default:
+			return fmt.Errorf("%s.kind: %q is not one of nic, gro, backlog", f, g.Kind)
+		}
+		if err := checkCost(f+".cost", &g.Cost); err != nil {
+			return err
+		}
+		if g.Split < 0 || g.Split >= 1 {
+			return fmt.Errorf("%s.split: must be in [0, 1)", f)
+		}
+		if g.Limit < 0 {
+			return fmt.Errorf("%s.limit: must be >= 0", f)
+		}
+	}
+	apps := map[string]bool{}
+	for i := range s.Apps {
+		a := &s.Apps[i]
+		f := fmt.Sprintf("apps[%d]", i)
+		if a.Name == "" || apps[a.Name] {
+			return fmt.Errorf("%s.name: required and unique", f)
+		}
+		apps[a.Name] = true
+		if a.CPU != nil && (*a.CPU < 0 || *a.CPU >= s.CPUs) {
+			return fmt.Errorf("%s.cpu: %d is not a CPU of this scenario (0..%d)", f, *a.CPU, s.CPUs-1)
+		}
+		if a.Threads == 0 {
+			a.Threads = 1
+		}
+		if a.Threads < 0 {
+			return fmt.Errorf("%s.threads: must be >= 1", f)
+		}
+		if a.SocketLimit == 0 {
+			a.SocketLimit = 1 << 20
+		}
+		if err := checkCost(f+".cost", &a.Cost); err != nil {
+			return err
+		}
+	}
+	if len(s.Flows) == 0 {
+		return fmt.Errorf("flows: at least one flow is required")
+	}
+	fl := map[string]bool{}
+	for i := range s.Flows {
+		x := &s.Flows[i]
+		f := fmt.Sprintf("flows[%d]", i)
+		if x.Name == "" || fl[x.Name] {
+			return fmt.Errorf("%s.name: required and unique", f)
+		}
+		fl[x.Name] = true
+		if x.Lane == "" {
+			x.Lane = "low"
+		}
+		if x.Lane != "high" && x.Lane != "low" {
+			return fmt.Errorf("%s.lane: %q is not high or low", f, x.Lane)
+		}
+		if len(x.Path) == 0 {
+			return fmt.Errorf("%s.path: at least one stage", f)
+		}
+		for j, p := range x.Path {
+			if !names[p] {
+				return fmt.Errorf("%s.path[%d]: unknown stage %q", f, j, p)
+			}
+		}
+		if s.stage(x.Path[0]).Kind != "nic" {
+			return fmt.Errorf("%s.path[0]: first stage must be of kind nic", f)
+		}
+		for j, p := range x.Path[1:] {
+			if s.stage(p).Kind == "nic" {
+				return fmt.Errorf("%s.path[%d]: only the first stage may be of kind nic", f, j+1)
+			}
+		}
+		if x.App != "" && !apps[x.App] {
+			return fmt.Errorf("%s.app: unknown app %q", f, x.App)
+		}
+		if x.Size == 0 {
+			x.Size = 64
+		}
+		if x.Size < 0 {
+			return fmt.Errorf("%s.size: must be > 0", f)
+		}
+		if x.Copies == 0 {
+			x.Copies = 1
+		}
+		if x.Copies < 0 {
+			return fmt.Errorf("%s.copies: must be >= 1", f)
+		}
+		a := &x.Arrival
+		switch a.Type {
+		case "const", "poisson", "onoff":
+			if a.RatePps <= 0 {
+				return fmt.Errorf("%s.arrival.rate_pps: must be > 0 for %s", f, a.Type)
+			}
+			if a.Type == "onoff" && (a.OnUs <= 0 || a.OffUs < 0) {
+				return fmt.Errorf("%s.arrival.on_us: must be > 0 (off_us >= 0) for onoff", f)
+			}
+		case "closed":
+			if a.Window == 0 {
+				a.Window = 1
+			}
+			if a.Window < 0 || a.RTTUs < 0 {
+				return fmt.Errorf("%s.arrival.window: must be >= 1 and rtt_us >= 0", f)
+			}
+			if x.App == "" {
+				return fmt.Errorf("%s.app: closed-loop flows need an app to answer", f)
+			}
+		case "burst":
+			if a.Count <= 0 {
+				return fmt.Errorf("%s.arrival.count: must be > 0 for burst", f)
+			}
+		case "":
+			return fmt.Errorf("%s.arrival.type: required (const, poisson, onoff, closed, burst)", f)
+		default:
+			return fmt.Errorf("%s.arrival.type: %q is not one of const, poisson, onoff, closed, burst", f, a.Type)
+		}
+		if a.Count < 0 || a.StartUs < 0 {
+			return fmt.Errorf("%s.arrival: count and start_us must be >= 0", f)
+		}
+	}
+	if s.Trace.Max == 0 {
+		s.Trace.Max = 64
+	}
+	return nil
+}
+
+func (s *Scenario) stage(name string) *StageSpec {
+	for i := range s.Stages {
+		if s.Stages[i].Name == name {
+			return &s.Stages[i]
+		}
+	}
+	return nil
+}
+
+func checkCPUs(field string, cpus []int, n int) error {
+	seen := map[int]bool{}
+	for i, c := range cpus {
+		if c < 0 || c >= n {
+			return fmt.Errorf("%s[%d]: CPU %d does not exist (cpus: %d)", field, i, c, n)
+		}
+		if seen[c] {
+			return fmt.Errorf("%s[%d]: CPU %d listed twice", field, i, c)
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
+func checkCost(field string, c *Cost) error {
+	if c.Ns < 0 || c.PerByteNs < 0 {
+		return fmt.Errorf("%s: must be >= 0", field)
+	}
+	switch c.Dist {
+	case "", "const":
+		c.Dist = "const"
+	case "exp":
+	case "uniform":
+		if c.Spread < 0 || c.Spread > 1 {
+			return fmt.Errorf("%s.spread: must be in [0, 1] (fraction of the mean)", field)
+		}
+	default:
+		return fmt.Errorf("%s.dist: %q is not one of const, exp, uniform", field, c.Dist)
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package sim
+
+import (
+	"math"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+type histogram struct{ h *hdrhistogram.Histogram }
+
+const histMax = 100_000_000_000 // 100 s in ns
+
+func newHistogram() *histogram { return &histogram{h: hdrhistogram.New(1, histMax, 3)} }
+
+func (h *histogram) record(v int64) {
+	if v < 1 {
+		v = 1
+	}
+	if v > histMax {
+		v = histMax
+	}
+	_ = h.h.RecordValue(v)
+}
+
+// Result is the JSON output of one run; keys are stable (docs/sim.md).
+type Result struct {
+	Scenario  string        `json:"scenario"`
+	Policy    string        `json:"policy"`
+	Rings     string        `json:"rings"`
+	Steering  string        `json:"steering"`
+	Seed      int64         `json:"seed"`
+	WindowS   float64       `json:"window_s"`
+	Events    uint64        `json:"events"`
+	Flows     []FlowResult  `json:"flows"`
+	CPUs      []CPUResult   `json:"cpus"`
+	Stages    []StageResult `json:"stages"`
+	Little    LittleResult  `json:"littles_law"`
+	FalconOn  *float64      `json:"falcon_enabled_fraction,omitempty"`
+	PollTrace []PollRecord  `json:"poll_trace,omitempty"`
+}
+
+// FlowResult is one flow (all its copies together).
+type FlowResult struct {
+	Name          string           `json:"name"`
+	Lane          string           `json:"lane"`
+	Sent          int64            `json:"sent"`
+	Delivered     int64            `json:"delivered"`
+	Dropped       int64            `json:"dropped"`
+	DropsAt       map[string]int64 `json:"drops_at"`
+	ThroughputPps float64          `json:"throughput_pps"`
+	ThroughputBps float64          `json:"throughput_bps"`
+	Latency       Latency          `json:"latency_us"`
+	MeanWaitUs    float64          `json:"mean_wait_us"`
+}
+
+// Latency is NIC arrival to delivery (end of the app's receive copy, or of
+// the last stage when the flow has no app), in microseconds.
+type Latency struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// CPUResult splits one CPU's time over the measurement window.
+type CPUResult struct {
+	ID        int     `json:"id"`
+	IRQ       float64 `json:"irq"`
+	Softirq   float64 `json:"softirq"`
+	App       float64 `json:"app"`
+	Idle      float64 `json:"idle"`
+	NetRx     int64   `json:"net_rx_softirqs"`
+	IRQs      int64   `json:"irqs"`
+	Ksoftirqd int64   `json:"ksoftirqd_runs"`
+	Squeezed  int64   `json:"time_squeeze"`
+}
+
+// StageResult counts drops and polls per NAPI instance name.
+type StageResult struct {
+	Name  string `json:"name"`
+	Polls int64  `json:"polls"`
+	Drops int64  `json:"drops"`
+}
+
+// LittleResult checks L = lambda * W over the window.
+type LittleResult struct {
+	L      float64 `json:"L"`
+	Lambda float64 `json:"lambda_pps"`
+	W      float64 `json:"W_us"`
+	RelErr float64 `json:"rel_err"`
+}
+
+// PollRecord is one napi_poll call, as in PRISM Fig. 6.
+type PollRecord struct {
+	Iter     int64    `json:"iter"`
+	Time     float64  `json:"t_us"`
+	CPU      int      `json:"cpu"`
+	Device   string   `json:"device"`
+	Lane     string   `json:"lane"`
+	Packets  int      `json:"packets"`
+	PollList []string `json:"poll_list"`
+}
+
+func us(v float64) float64 { return math.Round(v*1000) / 1e6 }
+
+func (m *Model) result() *Result {
+	sc := m.sc
+	T := float64(m.end-m.warm) / 1e9
+	r := &Result{Scenario: sc.Name, Policy: sc.Policy, Rings: sc.NIC.Rings, Steering: sc.Steering.Mode, Seed: sc.Seed, WindowS: T, Events: m.sim.Fired(), PollTrace: m.trace}
+	for _, fs := range m.fst {
+		fr := FlowResult{Name: fs.name, Lane: fs.lane, Sent: fs.sent, Delivered: fs.delivered, Dropped: fs.dropped, DropsAt: fs.dropsAt}
+		fr.ThroughputPps = float64(fs.doneInWindow) / T
+		fr.ThroughputBps = float64(fs.bytes) * 8 / T
+		if fs.latN > 0 {
+			h := fs.hist.h
+			fr.Latency = Latency{Mean: us(fs.latSum / float64(fs.latN)), P50: us(float64(h.ValueAtQuantile(50))), P90: us(float64(h.ValueAtQuantile(90))), P99: us(float64(h.ValueAtQuantile(99))), P999: us(float64(h.ValueAtQuantile(99.9))), Max: us(float64(h.Max()))}
+			fr.MeanWaitUs = us(fs.waitSum / float64(fs.latN))
+		}
+		r.Flows = append(r.Flows, fr)
+	}
+	win := float64(m.end - m.warm)
+	names := map[string]*StageResult{}
+	var order []string
+	add := func(n *napi) {
+		if n == nil {
+			return
+		}
+		s, ok := names[n.name]
+		if !ok {
+			s = &StageResult{Name: n.name}
+			names[n.name] = s
+			order = append(order, n.name)
+		}
+		s.Polls += n.polls
+		s.Drops += n.drops
+	}
+	for _, c := range m.cpus {
+		var a [nKinds]int64
+		for k := range a {
+			a[k] = c.acct[k] - c.acct0[k]
+		}
+		for l := range c.slots {
+			if c.slots[l].running {
+				a[c.slots[l].kind] += m.end - c.slots[l].start
+			}
+		}
+		cr := CPUResult{ID: c.id, IRQ: float64(a[kIRQ]) / win, Softirq: float64(a[kSoftirq]) / win, App: float64(a[kApp]) / win, NetRx: c.netRx - c.netRx0, IRQs: c.irqs - c.irq0, Ksoftirqd: c.ksoftirqd, Squeezed: c.squeezed}
+		cr.Idle = math.Max(0, 1-cr.IRQ-cr.Softirq-cr.App)
+		r.CPUs = append(r.CPUs, cr)
+		for _, n := range c.rings {
+			add(n)
+		}
+		for _, n := range c.gro {
+			add(n)
+		}
+		add(c.backlog)
+	}
+	for _, o := range order {
+		r.Stages = append(r.Stages, *names[o])
+	}
+	m.littleStep(m.end)
+	L := m.area / win
+	lam := float64(m.winArrivals) / T
+	W := 0.0
+	if m.sojN > 0 {
+		W = m.sojSum / float64(m.sojN) / 1e9
+	}
+	r.Little = LittleResult{L: L, Lambda: lam, W: W * 1e6}
+	if L > 0 {
+		r.Little.RelErr = math.Abs(L-lam*W) / L
+	}
+	if sc.Steering.Mode == "falcon" {
+		if m.falconOn {
+			m.falconOnTime += m.end - max(m.lastFalconT, m.warm)
+		}
+		f := float64(m.falconOnTime) / win
+		r.FalconOn = &f
+	}
+	return r
+}
