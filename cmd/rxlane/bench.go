@@ -156,7 +156,7 @@ func newBenchThroughputCmd() *cobra.Command {
 	o.Testbed.Prefix = "bench"
 	var (
 		layout, rates, dur string = "", "100k,200k,300k,400k,600k", "3s"
-		asJSON             bool
+		asJSON, noTrace    bool
 		jsonOut            []string
 	)
 	cmd := &cobra.Command{
@@ -165,7 +165,10 @@ func newBenchThroughputCmd() *cobra.Command {
 		Long: `Offers a sweep of packet rates of one UDP flow (ready-made frames injected
 at hostA's wire) to a sink in ctrB (--path overlay) or hostB (--path host),
 and reports the rate delivered to the sink, loss, per-CPU busy %, drops,
-and the maximum delivered rate: FALCON's Fig. 10 setting. The sender's
+NET_RX softirqs per delivered packet, and the maximum delivered rate:
+FALCON's Fig. 10 setting. For the middle repetition of every rate a BPF
+tracer (counters only) records which CPU polled each stage's NAPI
+instance: the "stage CPUs" column gives device@CPU(share of packets). The sender's
 CPU also runs the wire's veth poll (veth receives on the sending CPU), so
 compare the CPU columns to see which side saturated.
 
@@ -189,7 +192,7 @@ Examples:
 				return usageError{err}
 			}
 			o.Progress = cmd.ErrOrStderr()
-			o.StageProbe = newStageProbe()
+			o.StageProbe = newStageProbe(noTrace)
 			rep, err := bench.Throughput(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("bench throughput: %w", err)
@@ -216,6 +219,7 @@ Examples:
 	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every rate")
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
 	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
+	f.BoolVar(&noTrace, "no-trace", false, "do not attach the BPF tracer that reports which CPU ran each stage")
 	return cmd
 }
 

@@ -2,6 +2,11 @@ package main
 
 import "github.com/rxlane/rxlane/internal/bench"
 
-// newStageProbe returns the tracer-backed stage probe for throughput runs,
-// or nil when none is available.
-func newStageProbe() bench.StageProbe { return nil }
+// newStageProbe returns the BPF stage probe for throughput runs, or nil
+// when --no-trace was given.
+func newStageProbe(off bool) bench.StageProbe {
+	if off {
+		return nil
+	}
+	return &bench.TraceStageProbe{}
+}

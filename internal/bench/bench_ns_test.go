@@ -147,7 +147,7 @@ func keys(m map[string]any) string {
 func TestThroughputRun(t *testing.T) {
 	c := testbedtest.Up(t, testbedtest.Config(t))
 	rep, err := Throughput(context.Background(), ThroughputOptions{Testbed: c, Path: PathOverlay, Rates: []float64{5000, 20000},
-		Size: 64, Duration: 300 * time.Millisecond, Reps: 1})
+		Size: 64, Duration: 300 * time.Millisecond, Reps: 1, StageProbe: &TraceStageProbe{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +160,15 @@ func TestThroughputRun(t *testing.T) {
 		if p.SentPPS.Median <= 0 || p.DeliveredPPS.Median < 0.9*p.SentPPS.Median {
 			t.Errorf("offered %.0f: sent %.0f, delivered %.0f", p.OfferedPPS, p.SentPPS.Median, p.DeliveredPPS.Median)
 		}
+	}
+	// With RPS on wireB, the vxlan stage ran on the receive CPU; the wire's
+	// own veth poll ran wherever the sender was (not pinned here).
+	st := rep.Points[1].StageCPUs
+	if st["vxB"][c.RxCPU] < 0.9 {
+		t.Errorf("vxB ran on %v, want mostly CPU %d", st["vxB"], c.RxCPU)
+	}
+	if len(st["wireB"]) == 0 || len(st["backlog"]) == 0 {
+		t.Errorf("stage CPUs lack wireB or backlog: %v", st)
 	}
 	if rep.MaxDeliveredPPS < rep.Points[0].DeliveredPPS.Median {
 		t.Errorf("max %.0f below a point", rep.MaxDeliveredPPS)

@@ -24,15 +24,15 @@ type ThroughputOptions struct {
 	Duration time.Duration
 	Reps     int
 	Progress io.Writer
-	// StageProbe, when set, is started around every run and reports on
-	// which CPU each stage (NAPI instance) ran; the trace package provides
-	// one. Nil: stage CPUs are not reported.
+	// StageProbe, when set, is started around the middle repetition of
+	// every rate and reports on which CPU each stage (NAPI instance) ran;
+	// TraceStageProbe is the BPF one. Nil: stage CPUs are not reported.
 	StageProbe StageProbe
 }
 
 // StageProbe observes which CPU polls which device during a run.
 type StageProbe interface {
-	Start(ctx context.Context) error
+	Start(ctx context.Context, tb testbed.Config) error
 	// Stop returns, per device, the share of its polls on each CPU.
 	Stop() (map[string]map[int]float64, error)
 }
@@ -65,9 +65,12 @@ type ThroughputPoint struct {
 	SentPPS      Spread  `json:"sent_pps"`
 	DeliveredPPS Spread  `json:"delivered_pps"`
 	// LossPct is the median share of sent packets that did not arrive.
-	LossPct Spread     `json:"loss_pct"`
-	CPUs    []CPUUsage `json:"cpus"` // of the middle repetition
-	Drops   Drops      `json:"drops"`
+	LossPct Spread `json:"loss_pct"`
+	// NetRXPerPacket is NET_RX softirqs run on all CPUs per delivered
+	// packet (median over repetitions; machine-wide counters).
+	NetRXPerPacket Spread     `json:"net_rx_per_packet"`
+	CPUs           []CPUUsage `json:"cpus"` // of the middle repetition
+	Drops          Drops      `json:"drops"`
 	// StageCPUs is, per device, the share of its polls on each CPU (only
 	// with a stage probe).
 	StageCPUs map[string]map[int]float64 `json:"stage_cpus,omitempty"`
@@ -98,7 +101,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport
 	rep = &ThroughputReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Path: o.Path, Size: o.Size}
 	for i, rate := range o.Rates {
 		pt := ThroughputPoint{OfferedPPS: rate, Drops: Drops{Devices: map[string]uint64{}}}
-		var sent, got, loss []float64
+		var sent, got, loss, sirq []float64
 		var cpus [][]CPUUsage
 		for r := 0; r < o.Reps; r++ {
 			progress(o.Progress, "[%d/%d] offered %.0f kpps, rep %d/%d (%s)", i+1, len(o.Rates), rate/1e3, r+1, o.Reps, o.Duration)
@@ -119,6 +122,13 @@ func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport
 				loss = append(loss, 100*math.Max(0, 1-res.delivered/res.sent))
 			}
 			cpus = append(cpus, res.cpus)
+			if res.delivered > 0 {
+				var rx float64
+				for _, u := range res.cpus {
+					rx += u.NetRXPerSec
+				}
+				sirq = append(sirq, rx/res.delivered)
+			}
 			pt.Drops.Socket += res.drops.Socket
 			pt.Drops.Backlog += res.drops.Backlog
 			for d, v := range res.drops.Devices {
@@ -126,7 +136,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport
 			}
 			progress(o.Progress, "        sent %.0f kpps, delivered %.0f kpps", res.sent/1e3, res.delivered/1e3)
 		}
-		pt.SentPPS, pt.DeliveredPPS, pt.LossPct = spreadOf(sent), spreadOf(got), spreadOf(loss)
+		pt.SentPPS, pt.DeliveredPPS, pt.LossPct, pt.NetRXPerPacket = spreadOf(sent), spreadOf(got), spreadOf(loss), spreadOf(sirq)
 		pt.CPUs = cpus[len(cpus)/2]
 		rep.Points = append(rep.Points, pt)
 		rep.MaxDeliveredPPS = math.Max(rep.MaxDeliveredPPS, pt.DeliveredPPS.Median)
@@ -149,7 +159,7 @@ func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, 
 	}
 	defer sink.kill()
 	if probe != nil {
-		if err := probe.Start(ctx); err != nil {
+		if err := probe.Start(ctx, tb); err != nil {
 			return res, nil, fmt.Errorf("start stage probe: %w", err)
 		}
 	}
@@ -220,7 +230,7 @@ func diffDrops(before, after sample, cpus []CPUUsage) Drops {
 func (r *ThroughputReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "single UDP flow of %d B packets into the %s receiver; testbed %s, layout %s\n\n", r.Size, r.Path, r.Testbed.Prefix, r.Testbed.Layout)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered kpps\tsent kpps\tdelivered kpps\trange\tloss %\tCPU busy %\tdrops sock/backlog/dev\tstage CPUs\t")
+	fmt.Fprintln(tw, "offered kpps\tsent kpps\tdelivered kpps\trange\tloss %\tCPU busy %\tNET_RX/pkt\tdrops sock/backlog/dev\tstage CPUs\t")
 	for _, p := range r.Points {
 		var busy string
 		for i, u := range p.CPUs {
@@ -233,8 +243,8 @@ func (r *ThroughputReport) WriteTable(w io.Writer) {
 		for _, v := range p.Drops.Devices {
 			devs += v
 		}
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f-%.0f\t%.1f\t%s\t%d/%d/%d\t%s\t\n", p.OfferedPPS/1e3, p.SentPPS.Median/1e3, p.DeliveredPPS.Median/1e3,
-			p.DeliveredPPS.Min/1e3, p.DeliveredPPS.Max/1e3, p.LossPct.Median, busy, p.Drops.Socket, p.Drops.Backlog, devs, stageCPUs(p.StageCPUs))
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f-%.0f\t%.1f\t%s\t%.2f\t%d/%d/%d\t%s\t\n", p.OfferedPPS/1e3, p.SentPPS.Median/1e3, p.DeliveredPPS.Median/1e3,
+			p.DeliveredPPS.Min/1e3, p.DeliveredPPS.Max/1e3, p.LossPct.Median, busy, p.NetRXPerPacket.Median, p.Drops.Socket, p.Drops.Backlog, devs, stageCPUs(p.StageCPUs))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "maximum delivered: %.0f kpps (median over repetitions)\n", r.MaxDeliveredPPS/1e3)

@@ -284,3 +284,6 @@ func cpuMask(cpus []int) string {
 	}
 	return strconv.FormatUint(m, 16)
 }
+
+// NetnsPath is the bind-mounted namespace file of a node.
+func NetnsPath(c Config, n Node) string { return filepath.Join(netnsDir, c.NS(n)) }
