@@ -33,7 +33,7 @@ func testbedFlags(cmd *cobra.Command, c *testbed.Config, layout *string) {
 
 func newBenchLatencyCmd() *cobra.Command {
 	o := bench.LatencyOptions{
-		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Rate: 2000, Size: 64,
+		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
 		BgRate: 150000, BgSize: 64, BgFlows: 1, BgProto: "udp", HoldQoS: true,
 	}
 	o.Testbed.Prefix = "bench"
@@ -49,7 +49,8 @@ func newBenchLatencyCmd() *cobra.Command {
 		Short: "Latency of a request/response flow, idle vs under background load, overlay vs host",
 		Long: `Measures the round-trip latency of a small high-priority request/response flow
 (rxlane's own paced prober: tolerant of loss, reports loss) from hostA/ctrA
-to an echo server on hostB/ctrB, with and without a low-priority UDP flood
+to an echo server on hostB/ctrB (--prober sockperf runs sockperf
+ping-pong and server instead, as a cross-check), with and without a low-priority UDP flood
 into a second server on the same receiving node. This is the setting of
 PRISM's Fig. 3, 9 and 10.
 
@@ -123,6 +124,7 @@ Examples:
 	f.StringVar(&dur, "duration", dur, "measured time per case and repetition")
 	f.StringVar(&warm, "warmup", warm, "initial time whose samples are dropped")
 	f.StringVar(&o.Proto, "proto", o.Proto, "high-priority flow protocol: udp or tcp")
+	f.StringVar(&o.Prober, "prober", o.Prober, "high-priority client/server: rxlane (paced, loss-tolerant) or sockperf (cross-check; ping-pong --full-rtt)")
 	f.Float64Var(&o.Rate, "rate", o.Rate, "high-priority requests per second")
 	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
 	f.Float64Var(&o.BgRate, "bg-rate", o.BgRate, "background packets per second (busy cases)")

@@ -214,7 +214,13 @@ func startAgent(c testbed.Config, n testbed.Node, cpus []int, a AgentArgs) (*age
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
-	cmd := testbed.NewCommand(c, n, cpus, a.Argv(self)...)
+	return startProcess(c, n, cpus, a.Role, a.Argv(self), func(l string) bool { return l == "ready" })
+}
+
+// startProcess starts argv in node n pinned to cpus and waits, at most 10
+// s, for a line of its standard output for which ready returns true.
+func startProcess(c testbed.Config, n testbed.Node, cpus []int, role string, argv []string, ready func(string) bool) (*agent, error) {
+	cmd := testbed.NewCommand(c, n, cpus, argv...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -222,21 +228,29 @@ func startAgent(c testbed.Config, n testbed.Node, cpus []int, a AgentArgs) (*age
 	eb := &strings.Builder{}
 	cmd.Stderr = eb
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s agent: %w", a.Role, err)
+		return nil, fmt.Errorf("start %s: %w", role, err)
 	}
-	ag := &agent{role: a.Role, cmd: cmd, lines: bufio.NewScanner(stdout), errb: eb, done: make(chan error, 1)}
+	ag := &agent{role: role, cmd: cmd, lines: bufio.NewScanner(stdout), errb: eb, done: make(chan error, 1)}
 	ag.lines.Buffer(make([]byte, 1<<20), 256<<20)
 	readyc := make(chan bool, 1)
-	go func() { readyc <- ag.lines.Scan() && ag.lines.Text() == "ready" }()
+	go func() {
+		for ag.lines.Scan() {
+			if ready(ag.lines.Text()) {
+				readyc <- true
+				return
+			}
+		}
+		readyc <- false
+	}()
 	select {
 	case ok := <-readyc:
 		if !ok {
 			err := cmd.Wait()
-			return nil, fmt.Errorf("%s agent in %s did not start: %v: %s", a.Role, n, err, strings.TrimSpace(eb.String()))
+			return nil, fmt.Errorf("%s in %s did not start: %v: %s", role, n, err, strings.TrimSpace(eb.String()))
 		}
 	case <-time.After(10 * time.Second):
 		ag.kill()
-		return nil, fmt.Errorf("%s agent in %s: not ready after 10s", a.Role, n)
+		return nil, fmt.Errorf("%s in %s: not ready after 10s", role, n)
 	}
 	return ag, nil
 }

@@ -70,7 +70,7 @@ func TestInjectedFramesReachTheSink(t *testing.T) {
 func TestLatencyRun(t *testing.T) {
 	c := testbedtest.Config(t)
 	o := LatencyOptions{Testbed: c, Reps: 2, Duration: 700 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		Proto: "udp", Rate: 1000, Size: 64, BgRate: 20000, BgSize: 64, BgFlows: 1, BgProto: "udp",
+		Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64, BgRate: 20000, BgSize: 64, BgFlows: 1, BgProto: "udp",
 		Paths: []string{PathOverlay, PathHost}, Loads: []string{LoadIdle, LoadBusy}}
 	t.Cleanup(func() { testbed.Down(c.Prefix) })
 	rep, err := Latency(context.Background(), o)

@@ -101,7 +101,7 @@ func TestSpread(t *testing.T) {
 }
 
 func TestValidateNamesTheFlag(t *testing.T) {
-	base := LatencyOptions{Reps: 1, Duration: 1e9, Proto: "udp", Rate: 100, Size: 64, BgRate: 1000, BgSize: 64, BgFlows: 1, BgProto: "udp",
+	base := LatencyOptions{Reps: 1, Duration: 1e9, Proto: "udp", Prober: "rxlane", Rate: 100, Size: 64, BgRate: 1000, BgSize: 64, BgFlows: 1, BgProto: "udp",
 		Paths: []string{"overlay"}, Loads: []string{"idle"}}
 	if err := base.Validate(); err != nil {
 		t.Fatal(err)

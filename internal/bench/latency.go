@@ -34,6 +34,7 @@ type LatencyOptions struct {
 	Duration time.Duration // per case and repetition
 	Warmup   time.Duration
 	Proto    string  // high-priority flow: udp or tcp
+	Prober   string  // rxlane (the built-in prober) or sockperf
 	Rate     float64 // high-priority requests per second
 	Size     int     // request size, bytes
 	BgRate   float64 // low-priority background packets per second
@@ -55,6 +56,10 @@ func (o LatencyOptions) Validate() error {
 		return fmt.Errorf("duration %s: want at least 100ms", o.Duration)
 	case o.Warmup < 0 || o.Warmup >= o.Duration:
 		return fmt.Errorf("warmup %s: want 0 <= warmup < duration", o.Warmup)
+	case o.Prober != "rxlane" && o.Prober != "sockperf":
+		return fmt.Errorf("prober %q: want rxlane or sockperf", o.Prober)
+	case o.Prober == "sockperf" && o.Duration < time.Second:
+		return fmt.Errorf("duration %s: sockperf runs whole seconds, want at least 1s", o.Duration)
 	case o.Proto != "udp" && o.Proto != "tcp":
 		return fmt.Errorf("proto %q: want udp or tcp", o.Proto)
 	case o.Rate <= 0 || o.Rate > 100000:
@@ -144,6 +149,7 @@ type OptionsJSON struct {
 	DurationS  float64 `json:"duration_s"`
 	WarmupS    float64 `json:"warmup_s"`
 	Proto      string  `json:"proto"`
+	Prober     string  `json:"prober"`
 	RatePerSec float64 `json:"rate_per_s"`
 	Size       int     `json:"size"`
 	BgRatePPS  float64 `json:"bg_rate_pps"`
@@ -170,7 +176,7 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 	defer func() { err = errors.Join(err, cleanup()) }()
 
 	rep = &LatencyReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
-		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto,
+		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
 			RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}}
 	if o.HoldQoS {
 		release, err := HoldCPUDMALatency()
@@ -247,7 +253,13 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	var res RepResult
 	client, server, addr := pathNodes(path)
 	apps := tb.AppCPUs()
-	echo, err := startAgent(tb, server, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: o.Size})
+	var echo *agent
+	var err error
+	if o.Prober == "sockperf" {
+		echo, err = startSockperfServer(tb, server, apps, o.Proto, addr, echoPort)
+	} else {
+		echo, err = startAgent(tb, server, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: o.Size})
+	}
 	if err != nil {
 		return res, err
 	}
@@ -264,21 +276,7 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	if err != nil {
 		return res, err
 	}
-	probe, err := startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "probe", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort),
-		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup})
-	if err != nil {
-		return res, err
-	}
-	var pr ProbeResult
-	perr := make(chan error, 1)
-	go func() { perr <- probe.result(&pr) }()
-	select {
-	case err = <-perr:
-	case <-ctx.Done():
-		probe.cmd.Process.Signal(os.Interrupt)
-		<-perr
-		return res, ctx.Err()
-	}
+	pr, err := runProber(ctx, tb, o, client, addr)
 	if err != nil {
 		return res, err
 	}
@@ -303,6 +301,29 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	res.CPUs = Usage(before.host, after.host)
 	res.Drops = diffDrops(before, after, res.CPUs)
 	return res, nil
+}
+
+// runProber runs the high-priority flow's client to completion.
+func runProber(ctx context.Context, tb testbed.Config, o LatencyOptions, client testbed.Node, addr string) (ProbeResult, error) {
+	var pr ProbeResult
+	if o.Prober == "sockperf" {
+		return runSockperfClient(tb, client, tb.SenderCPUs(), o, addr, echoPort)
+	}
+	probe, err := startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "probe", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort),
+		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup})
+	if err != nil {
+		return pr, err
+	}
+	perr := make(chan error, 1)
+	go func() { perr <- probe.result(&pr) }()
+	select {
+	case err = <-perr:
+		return pr, err
+	case <-ctx.Done():
+		probe.cmd.Process.Signal(os.Interrupt)
+		<-perr
+		return pr, ctx.Err()
+	}
 }
 
 // startBackground starts the low-priority flow of a busy case: a sink in
