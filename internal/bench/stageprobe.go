@@ -34,14 +34,18 @@ func (p *TraceStageProbe) Start(ctx context.Context, tb testbed.Config) error {
 
 // Stop detaches the tracer and returns, per device, the share of its
 // packets (or of its polls, for a device that polled nothing) per CPU.
-func (p *TraceStageProbe) Stop() (map[string]map[int]float64, error) {
+// Devices with less than 1% of the busiest device's polls are left out:
+// they carried only the kernel's own chatter (IPv6 neighbour discovery,
+// MLD) during the run.
+func (p *TraceStageProbe) Stop() (StageReport, error) {
+	var sr StageReport
 	if p.t == nil {
-		return nil, fmt.Errorf("stage probe not started")
+		return sr, fmt.Errorf("stage probe not started")
 	}
 	rep, err := p.t.Stop()
 	p.t = nil
 	if err != nil {
-		return nil, err
+		return sr, err
 	}
 	pk := map[string]map[int]float64{}
 	polls := map[string]map[int]float64{}
@@ -52,8 +56,16 @@ func (p *TraceStageProbe) Stop() (map[string]map[int]float64, error) {
 		pk[c.Device][c.CPU] += float64(c.Packets)
 		polls[c.Device][c.CPU] += float64(c.Polls)
 	}
+	var busiest float64
+	for dev := range polls {
+		busiest = max(busiest, sum(polls[dev]))
+	}
 	out := map[string]map[int]float64{}
 	for dev := range pk {
+		if sum(polls[dev]) < busiest/100 {
+			continue
+		}
+		sr.Polls += uint64(sum(polls[dev]))
 		m := pk[dev]
 		if sum(m) == 0 {
 			m = polls[dev]
@@ -67,7 +79,8 @@ func (p *TraceStageProbe) Stop() (map[string]map[int]float64, error) {
 			out[dev][cpu] = v / total
 		}
 	}
-	return out, nil
+	sr.CPUs = out
+	return sr, nil
 }
 
 func sum(m map[int]float64) float64 {

@@ -33,8 +33,15 @@ type ThroughputOptions struct {
 // StageProbe observes which CPU polls which device during a run.
 type StageProbe interface {
 	Start(ctx context.Context, tb testbed.Config) error
-	// Stop returns, per device, the share of its polls on each CPU.
-	Stop() (map[string]map[int]float64, error)
+	Stop() (StageReport, error)
+}
+
+// StageReport is what a stage probe saw.
+type StageReport struct {
+	// CPUs is, per device, the share of its packets run on each CPU.
+	CPUs map[string]map[int]float64
+	// Polls counts the NAPI polls of the stages in CPUs.
+	Polls uint64
 }
 
 // Validate checks the options; errors name the flag.
@@ -71,9 +78,11 @@ type ThroughputPoint struct {
 	NetRXPerPacket Spread     `json:"net_rx_per_packet"`
 	CPUs           []CPUUsage `json:"cpus"` // of the middle repetition
 	Drops          Drops      `json:"drops"`
-	// StageCPUs is, per device, the share of its polls on each CPU (only
-	// with a stage probe).
-	StageCPUs map[string]map[int]float64 `json:"stage_cpus,omitempty"`
+	// StageCPUs is, per device, the share of its packets run on each CPU,
+	// and PollsPerPacket the NAPI polls of all stages per delivered
+	// packet (only with a stage probe; from the traced repetition).
+	StageCPUs      map[string]map[int]float64 `json:"stage_cpus,omitempty"`
+	PollsPerPacket float64                    `json:"polls_per_packet,omitempty"`
 }
 
 // ThroughputReport is the output of `rxlane bench throughput`.
@@ -114,7 +123,10 @@ func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport
 				return rep, fmt.Errorf("offered %.0f pps rep %d: %w", rate, r+1, err)
 			}
 			if stages != nil {
-				pt.StageCPUs = stages
+				pt.StageCPUs = stages.CPUs
+				if n := res.delivered * o.Duration.Seconds(); n > 0 {
+					pt.PollsPerPacket = float64(stages.Polls) / n
+				}
 			}
 			sent = append(sent, res.sent)
 			got = append(got, res.delivered)
@@ -150,7 +162,7 @@ type tputResult struct {
 	drops           Drops
 }
 
-func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, rate float64, probe StageProbe) (tputResult, map[string]map[int]float64, error) {
+func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, rate float64, probe StageProbe) (tputResult, *StageReport, error) {
 	var res tputResult
 	_, server, addr := pathNodes(o.Path)
 	sink, err := startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)})
@@ -189,11 +201,13 @@ func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, 
 	if err != nil {
 		return res, nil, err
 	}
-	var stages map[string]map[int]float64
+	var stages *StageReport
 	if probe != nil {
-		if stages, err = probe.Stop(); err != nil {
+		sr, err := probe.Stop()
+		if err != nil {
 			return res, nil, fmt.Errorf("stop stage probe: %w", err)
 		}
+		stages = &sr
 	}
 	var sr SinkResult
 	if err := sink.stop(&sr); err != nil {
@@ -230,7 +244,7 @@ func diffDrops(before, after sample, cpus []CPUUsage) Drops {
 func (r *ThroughputReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "single UDP flow of %d B packets into the %s receiver; testbed %s, layout %s\n\n", r.Size, r.Path, r.Testbed.Prefix, r.Testbed.Layout)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered kpps\tsent kpps\tdelivered kpps\trange\tloss %\tCPU busy %\tNET_RX/pkt\tdrops sock/backlog/dev\tstage CPUs\t")
+	fmt.Fprintln(tw, "offered kpps\tsent kpps\tdelivered kpps\trange\tloss %\tCPU busy %\tNET_RX/pkt\tpolls/pkt\tdrops sock/backlog/dev\tstage CPUs\t")
 	for _, p := range r.Points {
 		var busy string
 		for i, u := range p.CPUs {
@@ -243,8 +257,8 @@ func (r *ThroughputReport) WriteTable(w io.Writer) {
 		for _, v := range p.Drops.Devices {
 			devs += v
 		}
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f-%.0f\t%.1f\t%s\t%.2f\t%d/%d/%d\t%s\t\n", p.OfferedPPS/1e3, p.SentPPS.Median/1e3, p.DeliveredPPS.Median/1e3,
-			p.DeliveredPPS.Min/1e3, p.DeliveredPPS.Max/1e3, p.LossPct.Median, busy, p.NetRXPerPacket.Median, p.Drops.Socket, p.Drops.Backlog, devs, stageCPUs(p.StageCPUs))
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f-%.0f\t%.1f\t%s\t%.2f\t%.2f\t%d/%d/%d\t%s\t\n", p.OfferedPPS/1e3, p.SentPPS.Median/1e3, p.DeliveredPPS.Median/1e3,
+			p.DeliveredPPS.Min/1e3, p.DeliveredPPS.Max/1e3, p.LossPct.Median, busy, p.NetRXPerPacket.Median, p.PollsPerPacket, p.Drops.Socket, p.Drops.Backlog, devs, stageCPUs(p.StageCPUs))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "maximum delivered: %.0f kpps (median over repetitions)\n", r.MaxDeliveredPPS/1e3)
