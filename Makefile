@@ -37,7 +37,7 @@ demo: setup build
 	$(BIN) bench latency --prefix demo --json-out $(OUT)/latency.json --plot $(OUT)/latency-cdf.svg --plot $(OUT)/latency-cdf.png
 
 bench: build
-	flock /tmp/rxlane-cpu.lock $(GO) test -run '^$$' -bench . -benchtime 2s ./internal/...
+	flock /tmp/rxlane-cpu.lock $(GO) test -run '^$$' -bench . -benchtime 2s -cpu 1 ./internal/...
 	mkdir -p $(OUT)
 	flock /tmp/rxlane-cpu.lock $(BIN) bench latency --prefix bench --json-out $(OUT)/latency.json --plot $(OUT)/latency-cdf.svg
 
