@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/rxlane/rxlane/internal/sim"
@@ -22,7 +25,7 @@ application threads) as a discrete-event simulation, with every mechanism of
 the seeds: vanilla two-list NAPI, PRISM-batch/sync, seed-002 Rx ring
 scheduling (sq, rr, wfq, prio), RPS, FALCON and ANP. See docs/sim.md.`,
 	}
-	cmd.AddCommand(newSimRunCmd(), newSimSweepCmd(), newSimFiguresCmd())
+	cmd.AddCommand(newSimRunCmd(), newSimSweepCmd(), newSimFiguresCmd(), newSimCalibrateCmd())
 	return cmd
 }
 
@@ -79,7 +82,7 @@ func newSimRunCmd() *cobra.Command {
 
 func newSimSweepCmd() *cobra.Command {
 	var o simOpts
-	var param string
+	var param, plotFile, metric string
 	var values []string
 	cmd := &cobra.Command{
 		Use:   "sweep SCENARIO --param KEY --values V1,V2,...",
@@ -88,6 +91,12 @@ func newSimSweepCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if param == "" || len(values) == 0 {
 				return usagef("sim sweep: --param and --values are required")
+			}
+			if _, ok := sim.SweepMetrics[metric]; !ok {
+				return usagef("sim sweep: --metric %q is not one of %s", metric, sweepMetricNames())
+			}
+			if ext := strings.ToLower(filepath.Ext(plotFile)); plotFile != "" && ext != ".svg" && ext != ".png" && ext != ".pdf" {
+				return usagef("sim sweep: --plot %s: want a .svg, .png or .pdf file", plotFile)
 			}
 			sets := append([]string(nil), o.sets...)
 			if cmd.Flags().Changed("seed") {
@@ -101,6 +110,12 @@ func newSimSweepCmd() *cobra.Command {
 				return fmt.Errorf("sim sweep %s: %w", args[0], err)
 			}
 			out := cmd.OutOrStdout()
+			if plotFile != "" {
+				if err := sim.PlotSweep(res[0].Scenario+": "+metric+" vs "+param, param, values, res, metric, plotFile); err != nil {
+					return fmt.Errorf("sim sweep: %w", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", plotFile)
+			}
 			if o.json {
 				type point struct {
 					Value  string      `json:"value"`
@@ -134,6 +149,8 @@ func newSimSweepCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&param, "param", "", "scenario key to vary (same syntax as --set), e.g. flows.background.arrival.rate_pps")
 	cmd.Flags().StringSliceVar(&values, "values", nil, "comma-separated values")
+	cmd.Flags().StringVar(&plotFile, "plot", "", "also draw the sweep, one line per flow, to FILE (.svg, .png or .pdf)")
+	cmd.Flags().StringVar(&metric, "metric", "mean", "y axis of --plot: "+sweepMetricNames())
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON: [{value, result}]")
 	cmd.Flags().Int64Var(&o.seed, "seed", 0, "random seed (overrides the scenario's)")
 	cmd.Flags().StringArrayVar(&o.sets, "set", nil, "override a scenario field: key.path=value")
@@ -162,5 +179,55 @@ func newSimFiguresCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&out, "out", "", "output directory")
 	cmd.Flags().StringVar(&scen, "scenarios", "scenarios", "directory holding the scenario files")
+	return cmd
+}
+
+func sweepMetricNames() string {
+	var ks []string
+	for k := range sim.SweepMetrics {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ", ")
+}
+
+func newSimCalibrateCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "calibrate TRACE.json",
+		Short: "Derive per-packet stage costs from a `rxlane trace napi --json` report",
+		Long: `calibrate measures each traced NAPI device's busy time per poll (time from
+the previous napi_poll event in the same NET_RX softirq on that CPU) and fits
+busy = poll_ns + per_packet_ns x packets (docs/sim.md, "Calibration"). Use the
+result by hand, or point a scenario at the trace with calibrate_from.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			costs, err := sim.ReadTrace(args[0])
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return usagef("sim calibrate: %w", err)
+				}
+				return fmt.Errorf("sim calibrate: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(map[string]any{"trace": args[0], "devices": costs}); err != nil {
+					return fmt.Errorf("write result: %w", err)
+				}
+				return nil
+			}
+			fmt.Fprintf(out, "# rxlane sim calibrate %s (rule: docs/sim.md, Calibration)\n", args[0])
+			fmt.Fprintf(out, "# scenario use: calibrate_from: %s, calibrate_devices: {STAGE: DEVICE}\n", args[0])
+			fmt.Fprintln(out, "devices:")
+			for _, c := range costs {
+				fmt.Fprintf(out, "  - {device: %q, per_packet_ns: %g, poll_ns: %g, method: %s, samples: %d, sampled_packets: %d, polls: %d, packets: %d}\n",
+					c.Device, c.PerPacketNs, c.PollNs, c.Method, c.Samples, c.SampledPkts, c.Polls, c.Packets)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {trace, devices[]}")
 	return cmd
 }

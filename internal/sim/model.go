@@ -47,6 +47,7 @@ type packet struct {
 	stage int32
 	born  int64
 	svc   int64
+	enq   int64 // entered the current stage's queue (stage_delay)
 	next  *packet
 }
 
@@ -250,6 +251,7 @@ type Model struct {
 	traceOn     bool
 	backlogName string
 	stages      []*stage
+	sdel        [][2]*delayStat // [stage idx, len(stages) = socket][lane]
 }
 
 func fnv32(s string) uint32 {
@@ -660,6 +662,7 @@ func (m *Model) nicRx(p *packet) {
 	}
 	p.nic = int32(nic)
 	p.stage = 0
+	p.enq = m.sim.Now()
 	if r.q[0].n >= r.limit {
 		r.drops++
 		m.drop(p, r.name)
@@ -823,7 +826,12 @@ func (c *cpu) pickThread() {
 	for i := 0; i <= n; i++ {
 		j := (c.rr + i) % (n + 1)
 		if j == n {
-			if c.deferred && c.pending && !c.inSoftirq {
+			if c.deferred && !c.inSoftirq {
+				if !c.pending {
+					// ksoftirqd's turn with nothing pending: it sleeps
+					c.deferred = false
+					continue
+				}
 				c.rr = (j + 1) % (n + 1)
 				c.curThread = nil
 				c.ksoftirqd++
@@ -853,6 +861,7 @@ func (c *cpu) threadDone() {
 	p := t.cur
 	t.cur = nil
 	p.svc += t.cost
+	c.m.stageDone(p, len(c.m.stages), t.cost)
 	c.m.complete(p)
 	c.next()
 }
@@ -912,9 +921,6 @@ func (c *cpu) rxStep() {
 	c.curNapi = n
 	c.work = 0
 	c.curLane, c.curLimit = c.m.pol.pollQueue(c, n)
-	if c.curLimit > c.budget && n.kind == kindNIC && n.ringLane == laneHigh && c.m.sc.NIC.Rings == "prio" {
-		c.curLimit = max(c.curLimit, 1)
-	}
 	n.polls++
 	c.pollOH = c.m.pollNs
 	if n.tx > 0 {
@@ -958,6 +964,7 @@ func (c *cpu) pollPackets() {
 func (c *cpu) pktDone() {
 	p := c.curPkt
 	p.svc += c.curCost
+	c.m.stageDone(p, p.flow.path[p.stage].idx, c.curCost)
 	if !c.inlining {
 		c.work++
 		c.budget--
@@ -989,6 +996,7 @@ func (c *cpu) advance(p *packet) bool {
 		inline = true
 	}
 	if inline {
+		p.enq = m.sim.Now()
 		c.curPkt = p
 		c.curCost = m.sample(st.cost, p.size, st.frac)
 		c.phase = phPkt
@@ -1032,6 +1040,7 @@ func (c *cpu) transition(p *packet, st *stage) {
 		m.drop(p, st.name)
 		return
 	}
+	p.enq = m.sim.Now()
 	n.q[lane].push(p)
 	if !n.sched {
 		n.sched = true
@@ -1057,6 +1066,7 @@ func (c *cpu) deliver(p *packet) {
 		c.m.drop(p, "socket:"+t.app.spec.Name)
 		return
 	}
+	p.enq = c.now()
 	t.q.push(p)
 	t.cpu.kick()
 }
@@ -1106,6 +1116,10 @@ func (c *cpu) softirqEnd() {
 			return
 		}
 		c.deferred = true
+	} else if c.sirqLevel == lvlThread {
+		// ksoftirqd drained NET_RX: it sleeps until woken again, and
+		// irq_exit runs softirqs inline again
+		c.deferred = false
 	}
 	c.inSoftirq = false
 	c.next()

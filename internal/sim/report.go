@@ -23,6 +23,15 @@ func WriteTable(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t\n", c.ID, 100*c.IRQ, 100*c.Softirq, 100*c.App, 100*c.Idle, c.NetRx, c.IRQs, c.Ksoftirqd, c.Squeezed)
 	}
 	tw.Flush()
+	if len(r.StageDel) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "stage\tlane\tpackets\tdelay mean us\tp50\tp90\tp99\twait mean us\t")
+		for _, d := range r.StageDel {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", d.Stage, d.Lane, d.Packets, d.Mean, d.P50, d.P90, d.P99, d.MeanWait)
+		}
+		tw.Flush()
+	}
 	var drops []string
 	for _, s := range r.Stages {
 		if s.Drops > 0 {

@@ -49,6 +49,7 @@ type figure struct {
 	values              []string
 	xlabel, ylabel      string
 	series              []series
+	xsets               func(v string) []string // overrides param=v when set
 	y                   func(*Result) float64
 	paper               string
 	summary             func(res [][]*Result) string
@@ -82,6 +83,27 @@ func maxRate(path string, sets []string, flow string, lo, hi float64) (float64, 
 func figures() []figure {
 	pol := []series{{"vanilla", []string{"policy=vanilla"}}, {"prism-batch", []string{"policy=prism-batch"}}, {"prism-sync", []string{"policy=prism-sync"}}}
 	rings := []series{{"SQ", []string{"nic.rings=sq", "nic.ring_size=1024"}}, {"RR", []string{"nic.rings=rr"}}, {"WFQ 3:1", []string{"nic.rings=wfq"}}, {"Prio", []string{"nic.rings=prio"}}}
+	loads := []string{"0.2", "0.4", "0.6", "0.8", "1.0", "1.2", "1.4", "1.6", "1.8", "2.0"}
+	at30 := func(v string) []string {
+		l, _ := strconv.ParseFloat(v, 64)
+		return []string{fmt.Sprintf("flows.rt.arrival.rate_pps=%g", l*1e6*0.3), fmt.Sprintf("flows.be.arrival.rate_pps=%g", l*1e6*0.7)}
+	}
+	cpu0 := func(f func(CPUResult, *Result) float64) func(*Result) float64 {
+		return func(r *Result) float64 { return f(r.CPUs[0], r) }
+	}
+	// at returns the result of series i at offered load v (Mpps).
+	at := func(res [][]*Result, i int, v string) *Result {
+		for j, l := range loads {
+			if l == v {
+				return res[i][j]
+			}
+		}
+		return nil
+	}
+	s002 := func(id, title, ylabel string, y func(*Result) float64, paper string, summary func([][]*Result) string) figure {
+		return figure{id: id, title: title, scenario: "seed002-rings.yaml", param: "offered", values: loads, xsets: at30,
+			xlabel: "offered load (Mpps), 30% RT", ylabel: ylabel, series: rings, y: y, paper: paper, summary: summary}
+	}
 	return []figure{
 		{id: "prism-fig8", title: "PRISM Fig. 8: latency without background (200 Kpps)", scenario: "prism-fig8.yaml",
 			xlabel: "mode", ylabel: "latency (us)", series: pol,
@@ -120,6 +142,68 @@ func figures() []figure {
 				}
 				return "10% RT: " + strings.Join(parts, ", ")
 			}},
+		s002("seed002-fig5a-irq", "Seed 002 Fig. 5a: CPU share in IRQ handling vs offered load (30% RT)", "IRQ CPU share (%)",
+			cpu0(func(c CPUResult, _ *Result) float64 { return 100 * c.IRQ }),
+			"grows linearly below 1 Mpps (almost every packet raises an IRQ), then falls; its maximum is 30% for all strategies.",
+			func(res [][]*Result) string {
+				var parts []string
+				for i, sr := range rings {
+					best, bv := 0.0, ""
+					for j, v := range loads {
+						if x := 100 * res[i][j].CPUs[0].IRQ; x > best {
+							best, bv = x, v
+						}
+					}
+					parts = append(parts, fmt.Sprintf("%s max %.0f%% at %s Mpps", sr.label, best, bv))
+				}
+				return "IRQ share " + strings.Join(parts, ", ") + " (paper: 30%, which at 223 ns per ISR needs 1.35 M IRQs/s; see docs/sim.md)"
+			}),
+		s002("seed002-fig5a-pp", "Seed 002 Fig. 5a: CPU share in packet processing vs offered load (30% RT)", "packet-processing CPU share (%)",
+			cpu0(func(c CPUResult, _ *Result) float64 { return 100 * c.Softirq }),
+			"packet processing (PP) grows linearly with the offered load up to saturation; IRQ and PP together reach 100%.",
+			func(res [][]*Result) string {
+				r := at(res, 0, "1.0").CPUs[0]
+				return fmt.Sprintf("SQ at 1.0 Mpps: PP %.0f%%, IRQ %.0f%%, idle %.0f%%; at 2.0 Mpps every strategy is saturated (idle %.0f%% SQ, %.0f%% Prio)",
+					100*r.Softirq, 100*r.IRQ, 100*r.Idle, 100*at(res, 0, "2.0").CPUs[0].Idle, 100*at(res, 3, "2.0").CPUs[0].Idle)
+			}),
+		s002("seed002-fig5b", "Seed 002 Fig. 5b: IRQ rate vs offered load (30% RT)", "IRQs per second (thousands)",
+			cpu0(func(c CPUResult, r *Result) float64 { return float64(c.IRQs) / r.WindowS / 1000 }),
+			"IRQ rate grows linearly below 1 Mpps, decreases above it (IRQs stay disabled while rings are not emptied), except Prio whose rate keeps rising (the RT ring is emptied often and re-enables its IRQ).",
+			func(res [][]*Result) string {
+				var parts []string
+				for i, sr := range rings {
+					k := func(v string) float64 { r := at(res, i, v); return float64(r.CPUs[0].IRQs) / r.WindowS / 1000 }
+					parts = append(parts, fmt.Sprintf("%s %.0f / %.0f / %.0f", sr.label, k("1.0"), k("1.8"), k("2.0")))
+				}
+				return "kIRQ/s at 1.0 / 1.8 / 2.0 Mpps: " + strings.Join(parts, ", ")
+			}),
+		s002("seed002-fig6-rt", "Seed 002 Fig. 6: RT mean latency vs offered load (30% RT)", "RT mean latency (us)",
+			flowMetric("rt", func(f FlowResult) float64 { return f.Latency.Mean }),
+			"below 1 Mpps all strategies are nearly equal; Prio's RT latency rises only linearly, to 1.5 us; SQ and RR exceed 100 us at high load; WFQ linear but worse than Prio.",
+			func(res [][]*Result) string {
+				var parts []string
+				for i, sr := range rings {
+					parts = append(parts, fmt.Sprintf("%s %.1f / %.1f / %.1f", sr.label, at(res, i, "0.6").FlowByName("rt").Latency.Mean, at(res, i, "1.6").FlowByName("rt").Latency.Mean, at(res, i, "2.0").FlowByName("rt").Latency.Mean))
+				}
+				return "RT mean us at 0.6 / 1.6 / 2.0 Mpps: " + strings.Join(parts, ", ")
+			}),
+		s002("seed002-fig6-be", "Seed 002 Fig. 6: BE mean latency vs offered load (30% RT)", "BE mean latency (us)",
+			flowMetric("be", func(f FlowResult) float64 { return f.Latency.Mean }),
+			"BE latency grows exponentially towards 1.88 Mpps; with Prio, BE packets are dropped above 1.6 Mpps.",
+			func(res [][]*Result) string {
+				var parts []string
+				for i, sr := range rings {
+					first := "none"
+					for j, v := range loads {
+						if res[i][j].FlowByName("be").Dropped > 0 {
+							first = v + " Mpps"
+							break
+						}
+					}
+					parts = append(parts, fmt.Sprintf("%s %s", sr.label, first))
+				}
+				return "first offered load (of the grid) with BE drops: " + strings.Join(parts, ", ")
+			}),
 		{id: "anp", title: "ANP: throughput vs reserved receive CPUs (256 connections)", scenario: "anp.yaml",
 			param: "anp.reserved", values: []string{"0", "2", "4", "6", "8", "10"},
 			xlabel: "reserved CPUs (0 = symmetric)", ylabel: "requests/s", series: []series{{"bm0", nil}},
@@ -159,6 +243,7 @@ func Figures(scenDir, dir string, log io.Writer) error {
 	}
 	var md strings.Builder
 	md.WriteString("# rxlane sim: reproductions\n\nGenerated by `rxlane sim figures`. Paper numbers are quoted from the seeds; ours are from the scenarios in scenarios/.\n\n")
+	cache := map[string]*Result{}
 	for _, f := range figures() {
 		if f.series == nil {
 			continue
@@ -173,14 +258,23 @@ func Figures(scenDir, dir string, log io.Writer) error {
 		for i, s := range f.series {
 			for _, v := range vals {
 				sets := append([]string(nil), s.sets...)
-				if f.param != "" {
+				switch {
+				case f.xsets != nil:
+					sets = append(sets, f.xsets(v)...)
+				case f.param != "":
 					sets = append(sets, f.param+"="+v)
 				}
-				sc, err := LoadScenario(path, sets)
-				if err != nil {
-					return fmt.Errorf("figure %s: %w", f.id, err)
+				key := path + "\x00" + strings.Join(sets, "\x00")
+				r, ok := cache[key]
+				if !ok {
+					sc, err := LoadScenario(path, sets)
+					if err != nil {
+						return fmt.Errorf("figure %s: %w", f.id, err)
+					}
+					r = Run(sc)
+					cache[key] = r
 				}
-				res[i] = append(res[i], Run(sc))
+				res[i] = append(res[i], r)
 			}
 		}
 		fmt.Fprintf(&md, "## %s\n\nScenario `scenarios/%s`.\n\n", f.title, f.scenario)
@@ -292,4 +386,69 @@ func plotFigure(f figure, vals []string, res [][]*Result, out string) error {
 		return err
 	}
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, out)
+}
+
+// SweepMetrics are the y values `sim sweep --plot` can draw, per flow.
+var SweepMetrics = map[string]struct {
+	Label string
+	Y     func(r *Result, f FlowResult) float64
+}{
+	"mean":    {"mean latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.Mean }},
+	"p50":     {"p50 latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.P50 }},
+	"p99":     {"p99 latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.P99 }},
+	"p999":    {"p99.9 latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.P999 }},
+	"kpps":    {"delivered (Kpps)", func(_ *Result, f FlowResult) float64 { return f.ThroughputPps / 1000 }},
+	"dropped": {"dropped packets", func(_ *Result, f FlowResult) float64 { return float64(f.Dropped) }},
+}
+
+// PlotSweep draws one line per flow of metric (a SweepMetrics key)
+// against the swept values; the format follows out's extension (.svg,
+// .png, .pdf). Non-numeric values are placed at 0, 1, 2, ...
+func PlotSweep(title, param string, values []string, res []*Result, metric, out string) error {
+	mt, ok := SweepMetrics[metric]
+	if !ok {
+		return fmt.Errorf("plot sweep: unknown metric %q", metric)
+	}
+	switch strings.ToLower(filepath.Ext(out)) {
+	case ".svg", ".png", ".pdf":
+	default:
+		return fmt.Errorf("plot sweep: %s: want a .svg, .png or .pdf file", out)
+	}
+	xs := make([]float64, len(values))
+	numeric := true
+	for i, v := range values {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			numeric = false
+			break
+		}
+		xs[i] = x
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = param
+	p.Y.Label.Text = mt.Label
+	if !numeric {
+		for i := range xs {
+			xs[i] = float64(i)
+		}
+		p.X.Label.Text = param + " (" + strings.Join(values, ", ") + ")"
+	}
+	var args []any
+	if len(res) > 0 {
+		for _, f := range res[0].Flows {
+			xys := make(plotter.XYs, len(res))
+			for j, r := range res {
+				xys[j] = plotter.XY{X: xs[j], Y: mt.Y(r, r.FlowByName(f.Name))}
+			}
+			args = append(args, f.Name+" ("+f.Lane+")", xys)
+		}
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return fmt.Errorf("plot sweep: %w", err)
+	}
+	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, out); err != nil {
+		return fmt.Errorf("plot sweep: %w", err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,11 @@ type Scenario struct {
 	Apps        []AppSpec   `yaml:"apps" json:"apps,omitempty"`
 	Flows       []FlowSpec  `yaml:"flows" json:"flows"`
 	Trace       TraceSpec   `yaml:"trace" json:"trace"`
+	// CalibrateFrom is a `rxlane trace napi --json` report (relative to
+	// the scenario file) whose measured costs replace the mapped stages'
+	// cost and kernel.poll_ns; CalibrateDevices maps stage -> device.
+	CalibrateFrom    string            `yaml:"calibrate_from" json:"calibrate_from,omitempty"`
+	CalibrateDevices map[string]string `yaml:"calibrate_devices" json:"calibrate_devices,omitempty"`
 }
 
 // Kernel holds the net_rx_action and softirq knobs.
@@ -169,14 +175,19 @@ func LoadScenario(path string, sets []string) (*Scenario, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read scenario: %w", err)
 	}
-	return ParseScenario(b, sets)
+	return parseScenario(b, sets, filepath.Dir(path))
 }
 
 // ErrScenario wraps every validation error of a scenario.
 var ErrScenario = errors.New("invalid scenario")
 
-// ParseScenario is LoadScenario on bytes.
+// ParseScenario is LoadScenario on bytes; calibrate_from is relative to
+// the working directory.
 func ParseScenario(b []byte, sets []string) (*Scenario, error) {
+	return parseScenario(b, sets, ".")
+}
+
+func parseScenario(b []byte, sets []string, dir string) (*Scenario, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
 		return nil, fmt.Errorf("%w: parse yaml: %v", ErrScenario, err)
@@ -193,6 +204,17 @@ func ParseScenario(b []byte, sets []string) (*Scenario, error) {
 	var sc Scenario
 	if err := decodeStrict(doc, &sc); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrScenario, err)
+	}
+	if sc.CalibrateFrom != "" {
+		p := sc.CalibrateFrom
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := sc.applyCalibration(p); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrScenario, err)
+		}
+	} else if len(sc.CalibrateDevices) > 0 {
+		return nil, fmt.Errorf("%w: calibrate_devices: needs calibrate_from", ErrScenario)
 	}
 	if err := sc.Normalize(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrScenario, err)

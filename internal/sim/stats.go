@@ -22,6 +22,35 @@ func (h *histogram) record(v int64) {
 	_ = h.h.RecordValue(v)
 }
 
+// delayStat accumulates one (stage, lane) stage delay.
+type delayStat struct {
+	n            int64
+	sum, waitSum float64
+	hist         *histogram
+}
+
+// stageDone records the delay of the stage p just finished (idx; the
+// socket pseudo-stage is len(m.stages)): from entering the stage's queue
+// to the end of its processing, and the wait part (minus its own cost).
+func (m *Model) stageDone(p *packet, idx int, cost int64) {
+	if p.born < m.warm {
+		return
+	}
+	if m.sdel == nil {
+		m.sdel = make([][2]*delayStat, len(m.stages)+1)
+	}
+	d := m.sdel[idx][p.lane]
+	if d == nil {
+		d = &delayStat{hist: newHistogram()}
+		m.sdel[idx][p.lane] = d
+	}
+	v := m.sim.Now() - p.enq
+	d.n++
+	d.sum += float64(v)
+	d.waitSum += float64(v - cost)
+	d.hist.record(v)
+}
+
 // Result is the JSON output of one run; keys are stable (docs/sim.md).
 type Result struct {
 	Scenario  string        `json:"scenario"`
@@ -34,6 +63,7 @@ type Result struct {
 	Flows     []FlowResult  `json:"flows"`
 	CPUs      []CPUResult   `json:"cpus"`
 	Stages    []StageResult `json:"stages"`
+	StageDel  []StageDelay  `json:"stage_delay"`
 	Little    LittleResult  `json:"littles_law"`
 	FalconOn  *float64      `json:"falcon_enabled_fraction,omitempty"`
 	PollTrace []PollRecord  `json:"poll_trace,omitempty"`
@@ -82,6 +112,22 @@ type StageResult struct {
 	Name  string `json:"name"`
 	Polls int64  `json:"polls"`
 	Drops int64  `json:"drops"`
+}
+
+// StageDelay is the time packets of one lane spent in one stage: from
+// entering its queue (NIC arrival for the first stage, the stage
+// transition for later ones, delivery to the socket for "socket") to the
+// end of its processing (microseconds). MeanWait excludes the stage's own
+// per-packet cost.
+type StageDelay struct {
+	Stage    string  `json:"stage"`
+	Lane     string  `json:"lane"`
+	Packets  int64   `json:"packets"`
+	Mean     float64 `json:"mean_us"`
+	P50      float64 `json:"p50_us"`
+	P90      float64 `json:"p90_us"`
+	P99      float64 `json:"p99_us"`
+	MeanWait float64 `json:"mean_wait_us"`
 }
 
 // LittleResult checks L = lambda * W over the window.
@@ -159,6 +205,25 @@ func (m *Model) result() *Result {
 	}
 	for _, o := range order {
 		r.Stages = append(r.Stages, *names[o])
+	}
+	r.StageDel = []StageDelay{}
+	for i, ds := range m.sdel {
+		name := "socket"
+		if i < len(m.stages) {
+			name = m.stages[i].name
+		}
+		for _, lane := range []int{laneHigh, laneLow} {
+			d := ds[lane]
+			if d == nil {
+				continue
+			}
+			h := d.hist.h
+			sd := StageDelay{Stage: name, Lane: "low", Packets: d.n, Mean: us(d.sum / float64(d.n)), P50: us(float64(h.ValueAtQuantile(50))), P90: us(float64(h.ValueAtQuantile(90))), P99: us(float64(h.ValueAtQuantile(99))), MeanWait: us(d.waitSum / float64(d.n))}
+			if lane == laneHigh {
+				sd.Lane = "high"
+			}
+			r.StageDel = append(r.StageDel, sd)
+		}
 	}
 	m.littleStep(m.end)
 	L := m.area / win
