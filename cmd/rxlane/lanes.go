@@ -1,0 +1,336 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/spf13/cobra"
+)
+
+func init() { extraCommands = append(extraCommands, newLanesCmd) }
+
+// lanesFlags are shared by every lanes verb.
+type lanesFlags struct {
+	netns    string
+	stateDir string
+	json     bool
+}
+
+// where resolves the namespace and the state files: rules in NAME.json,
+// what enable changed in NAME.datapath.json.
+func (f *lanesFlags) where() (nsPath, rulesFile, dpFile string, err error) {
+	name := "host"
+	if f.netns != "" {
+		nsPath = f.netns
+		if !strings.Contains(f.netns, "/") {
+			nsPath = filepath.Join("/run/netns", f.netns)
+		}
+		if _, err := os.Stat(nsPath); err != nil {
+			return "", "", "", usagef("--netns %q: %v", f.netns, err)
+		}
+		name = strings.ReplaceAll(strings.TrimPrefix(filepath.Clean(nsPath), "/"), "/", "_")
+	}
+	return nsPath, filepath.Join(f.stateDir, name+".json"), filepath.Join(f.stateDir, name+".datapath.json"), nil
+}
+
+func newLanesCmd() *cobra.Command {
+	f := &lanesFlags{}
+	cmd := &cobra.Command{
+		Use:   "lanes",
+		Short: "Priority lanes: high-priority rules and the BPF fast path on the receiving host",
+		Long: `Priority lanes give high-priority overlay flows a run-to-completion path on
+the receiving host: a tc ingress program on the underlay device decapsulates
+matching VXLAN packets and hands them straight to the container's veth
+(PRISM-sync on a stock kernel). Everything else takes the normal path.
+
+  rxlane lanes add --dst 198.19.0.2 --proto udp --port 7000
+  rxlane lanes enable --netns rxl-hostB
+  rxlane lanes stats --netns rxl-hostB
+  rxlane lanes disable --netns rxl-hostB
+
+Rules live in a state file and can change while the lane is enabled. See
+docs/lanes.md.`,
+	}
+	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "network namespace of the receiving host (name in /run/netns or a path; default: this one)")
+	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "/run/rxlane/lanes", "where rules and datapath state are kept")
+	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.AddCommand(newLanesAddCmd(f), newLanesDelCmd(f), newLanesListCmd(f), newLanesEnableCmd(f),
+		newLanesDisableCmd(f), newLanesStatsCmd(f), newLanesSyncCmd(f))
+	return cmd
+}
+
+func newLanesAddCmd(f *lanesFlags) *cobra.Command {
+	var s policy.Spec
+	cmd := &cobra.Command{
+		Use:   "add",
+		Short: "Add a high-priority rule (applied at once if the lane is enabled)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nsPath, rulesFile, dpFile, err := f.where()
+			if err != nil {
+				return err
+			}
+			r, err := policy.Parse(s)
+			if err != nil {
+				return usageError{err}
+			}
+			var set *policy.Set
+			err = policy.Update(rulesFile, func(ps *policy.Set) error {
+				r, err = ps.Add(r)
+				set = ps
+				return err
+			})
+			if errors.Is(err, policy.ErrInvalid) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			if err := applyIfEnabled(nsPath, dpFile, set, r.ID); err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rule %d: %s\n", r.ID, r)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&s.Dst, "dst", "", "inner destination IP or CIDR")
+	cmd.Flags().StringVar(&s.Src, "src", "", "inner source IP or CIDR")
+	cmd.Flags().StringVar(&s.Proto, "proto", "", "udp, tcp, icmp or any")
+	cmd.Flags().StringVar(&s.Port, "port", "", "destination port N or range N-M (udp/tcp)")
+	cmd.Flags().StringVar(&s.VNI, "vni", "", "only on this VNI")
+	return cmd
+}
+
+func applyIfEnabled(nsPath, dpFile string, set *policy.Set, newIDs ...int) error {
+	err := datapath.ApplyRules(datapath.Options{Netns: nsPath, StateFile: dpFile}, set, newIDs...)
+	if errors.Is(err, datapath.ErrNotEnabled) {
+		return nil // stored; applied by enable
+	}
+	return err
+}
+
+func newLanesDelCmd(f *lanesFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "del ID",
+		Short: "Delete a rule by ID",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("want exactly one rule ID")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.Atoi(args[0])
+			if err != nil {
+				return usagef("rule ID %q: not a number", args[0])
+			}
+			nsPath, rulesFile, dpFile, err := f.where()
+			if err != nil {
+				return err
+			}
+			var set *policy.Set
+			var r policy.Rule
+			err = policy.Update(rulesFile, func(ps *policy.Set) error {
+				r, err = ps.Del(id)
+				set = ps
+				return err
+			})
+			if errors.Is(err, policy.ErrNoRule) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			if err := applyIfEnabled(nsPath, dpFile, set); err != nil {
+				return err
+			}
+			if !f.json {
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted rule %d: %s\n", r.ID, r)
+				return nil
+			}
+			return writeJSON(cmd.OutOrStdout(), r)
+		},
+	}
+}
+
+func newLanesListCmd(f *lanesFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the rules",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, rulesFile, _, err := f.where()
+			if err != nil {
+				return err
+			}
+			set, err := policy.Load(rulesFile)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), set)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tRULE")
+			for _, r := range set.Rules {
+				fmt.Fprintf(tw, "%d\t%s\n", r.ID, r)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
+	var dev string
+	var force, trust bool
+	cmd := &cobra.Command{
+		Use:   "enable",
+		Short: "Discover tunnels and endpoints, load the lane and attach it to the underlay",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nsPath, rulesFile, dpFile, err := f.where()
+			if err != nil {
+				return err
+			}
+			set, err := policy.Load(rulesFile)
+			if err != nil {
+				return err
+			}
+			topo, err := datapath.Enable(datapath.Options{Netns: nsPath, Device: dev, Force: force, TrustOuterCsum: trust, StateFile: dpFile}, set)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), topo)
+			}
+			printTopology(cmd.OutOrStdout(), topo, force)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dev, "dev", "", "underlay device to attach to (default: the VXLAN devices' underlay)")
+	cmd.Flags().BoolVar(&force, "force", false, "serve endpoints whose normal path filters traffic the lane skips (bridge netfilter, routed FORWARD)")
+	cmd.Flags().BoolVar(&trust, "trust-outer-csum", false, "take packets with an outer UDP checksum the device did not verify")
+	return cmd
+}
+
+func printTopology(w io.Writer, t datapath.Topology, force bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TUNNEL\tVNI\tPORT\tMODE\tUNDERLAY\tPEERS")
+	for _, tn := range t.Tunnels {
+		mode := "bridged (" + tn.Bridge + ")"
+		if tn.Routed {
+			mode = "routed"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\n", tn.Name, tn.VNI, tn.Port, mode, tn.Underlay, len(tn.Peers))
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nENDPOINT\tVNI\tMAC\tIP\tSERVED")
+	for _, e := range t.Endpoints {
+		served := "yes"
+		if e.Skip != "" && !force {
+			served = "no: " + e.Skip + " (--force to override)"
+		} else if e.Skip != "" {
+			served = "yes (forced: " + e.Skip + ")"
+		}
+		ip := "-"
+		if e.IP.IsValid() {
+			ip = e.IP.String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", e.Dev, e.VNI, e.MAC, ip, served)
+	}
+	tw.Flush()
+}
+
+func newLanesDisableCmd(f *lanesFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "disable",
+		Short: "Detach the lane and undo everything enable changed (rules are kept)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nsPath, _, dpFile, err := f.where()
+			if err != nil {
+				return err
+			}
+			return datapath.Disable(datapath.Options{Netns: nsPath, StateFile: dpFile})
+		},
+	}
+}
+
+func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "sync",
+		Short: "Re-discover endpoints and peers (containers that came or went) into the enabled lane",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nsPath, rulesFile, dpFile, err := f.where()
+			if err != nil {
+				return err
+			}
+			set, err := policy.Load(rulesFile)
+			if err != nil {
+				return err
+			}
+			topo, err := datapath.Sync(datapath.Options{Netns: nsPath, StateFile: dpFile}, set)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), topo)
+			}
+			printTopology(cmd.OutOrStdout(), topo, false)
+			return nil
+		},
+	}
+}
+
+func newLanesStatsCmd(f *lanesFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats",
+		Short: "Show per-lane, per-rule and per-reason counters",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nsPath, rulesFile, dpFile, err := f.where()
+			if err != nil {
+				return err
+			}
+			set, err := policy.Load(rulesFile)
+			if err != nil {
+				return err
+			}
+			st, err := datapath.ReadStats(datapath.Options{Netns: nsPath, StateFile: dpFile}, set)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), st)
+			}
+			w := cmd.OutOrStdout()
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "LANE\tPACKETS\tBYTES\n")
+			fmt.Fprintf(tw, "high\t%d\t%d\nlow\t%d\t%d\n", st.High.Packets, st.High.Bytes, st.Low.Packets, st.Low.Bytes)
+			fmt.Fprintf(tw, "\nRULE\tPACKETS\tBYTES\tREDIRECT FAILURES\n")
+			for _, r := range st.Rules {
+				fmt.Fprintf(tw, "%d %s\t%d\t%d\t%d\n", r.ID, r.Rule, r.Packets, r.Bytes, r.RedirectFail)
+			}
+			fmt.Fprintf(tw, "\nNORMAL PATH BECAUSE\tPACKETS\n")
+			for _, name := range datapath.ReasonNames() {
+				if n := st.Fallbacks[name]; n > 0 {
+					fmt.Fprintf(tw, "%s\t%d\n", name, n)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+}

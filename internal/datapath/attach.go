@@ -1,0 +1,530 @@
+package datapath
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The lane's tc filter: clsact ingress, this priority and handle, this
+// name. Anything else on the device is someone else's and left alone.
+const (
+	filterPrio   = 0xc0de
+	filterHandle = 1
+	filterName   = "rxlane_lanes"
+)
+
+// Options say where the lane lives.
+type Options struct {
+	// Netns is a network namespace file (e.g. /run/netns/NAME); empty
+	// means the caller's.
+	Netns string
+	// Device is the underlay device to attach to; empty means every
+	// underlay of the discovered tunnels.
+	Device string
+	// Force serves endpoints whose normal path filters traffic the lane
+	// would skip (bridge netfilter, routed FORWARD, tc egress).
+	Force bool
+	// TrustOuterCsum lets the lane take packets whose outer UDP checksum
+	// is set but was not verified by the device (see docs/lanes.md).
+	TrustOuterCsum bool
+	// StateFile records what Enable changed so Disable can undo exactly
+	// that.
+	StateFile string
+}
+
+// Attachment is one device the lane is attached to.
+type Attachment struct {
+	Device string `json:"device"`
+	// CreatedClsact is true when Enable added the clsact qdisc; Disable
+	// then removes it again.
+	CreatedClsact bool `json:"created_clsact"`
+}
+
+// State is the datapath's state file.
+type State struct {
+	Netns       string       `json:"netns"`
+	Force       bool         `json:"force"`
+	Attachments []Attachment `json:"attachments"`
+}
+
+// ErrNotEnabled is returned when no lane is attached.
+var ErrNotEnabled = errors.New("lanes are not enabled")
+
+// inNetns runs fn on a locked thread inside the namespace file path (the
+// caller's namespace when path is empty).
+func inNetns(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromPath(path)
+		if err != nil {
+			errc <- fmt.Errorf("open netns %s: %w", path, err)
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", path, err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("leave netns %s: %w", path, err))
+			return // the thread stays locked and dies with the goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+func loadState(path string) (*State, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read datapath state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("parse datapath state %s: %w", path, err)
+	}
+	return &s, nil
+}
+
+func saveState(path string, s *State) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	b, _ := json.MarshalIndent(s, "", "  ")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write datapath state: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// ourFilter finds the lane's filter on a device.
+func ourFilter(l netlink.Link) (*netlink.BpfFilter, error) {
+	fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil, nil // no clsact
+		}
+		return nil, fmt.Errorf("list filters on %s: %w", l.Attrs().Name, err)
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Priority == filterPrio && strings.HasPrefix(bf.Name, filterName) {
+			return bf, nil
+		}
+	}
+	return nil, nil
+}
+
+func hasClsact(l netlink.Link) (bool, error) {
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return false, fmt.Errorf("list qdiscs on %s: %w", l.Attrs().Name, err)
+	}
+	for _, q := range qs {
+		if q.Type() == "clsact" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func clsact(l netlink.Link) *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+}
+
+// openAttached returns the maps of the program attached to the first
+// device that has it.
+func openAttached(devs []string) (*lanesMaps, *ebpf.Program, error) {
+	for _, d := range devs {
+		l, err := netlink.LinkByName(d)
+		if err != nil {
+			continue
+		}
+		f, err := ourFilter(l)
+		if err != nil || f == nil {
+			continue
+		}
+		prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
+		if err != nil {
+			return nil, nil, fmt.Errorf("open attached program %d: %w", f.Id, err)
+		}
+		m, err := mapsOf(prog)
+		if err != nil {
+			prog.Close()
+			return nil, nil, err
+		}
+		return m, prog, nil
+	}
+	return nil, nil, ErrNotEnabled
+}
+
+// mapsOf finds the lane's maps by name among a loaded program's maps.
+func mapsOf(prog *ebpf.Program) (*lanesMaps, error) {
+	info, err := prog.Info()
+	if err != nil {
+		return nil, fmt.Errorf("program info: %w", err)
+	}
+	ids, ok := info.MapIDs()
+	if !ok {
+		return nil, errors.New("program info has no map IDs")
+	}
+	byName := map[string]*ebpf.Map{}
+	for _, id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			return nil, fmt.Errorf("open map %d: %w", id, err)
+		}
+		mi, err := m.Info()
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		byName[mi.Name] = m
+	}
+	var o lanesMaps
+	for name, dst := range map[string]**ebpf.Map{
+		"dst_masks": &o.DstMasks, "src_masks": &o.SrcMasks, "port_masks": &o.PortMasks,
+		"proto_masks": &o.ProtoMasks, "vnis": &o.Vnis, "vxlan_ports": &o.VxlanPorts,
+		"local_addrs": &o.LocalAddrs, "vteps": &o.Vteps, "endpoints": &o.Endpoints,
+		"reasons": &o.Reasons, "rule_stats": &o.RuleStats, "lane_stats": &o.LaneStats,
+	} {
+		m, ok := byName[name]
+		if !ok {
+			o.Close()
+			return nil, fmt.Errorf("attached program has no map %s: not rxlane's lanes program?", name)
+		}
+		*dst = m
+	}
+	return &o, nil
+}
+
+// Enable discovers the namespace, loads the lane, fills its maps with the
+// topology and rules, and attaches it to the underlay devices. Enabling an
+// enabled lane re-syncs it. On error nothing it changed stays.
+func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
+	err = inNetns(o.Netns, func() error {
+		topo, err = Discover()
+		if err != nil {
+			return err
+		}
+		if len(topo.Tunnels) == 0 {
+			return errNoTunnel
+		}
+		var devs []string
+		if o.Device != "" {
+			if _, err := netlink.LinkByName(o.Device); err != nil {
+				return fmt.Errorf("unknown device %q: %w", o.Device, err)
+			}
+			devs = []string{o.Device}
+		} else {
+			for _, t := range topo.Tunnels {
+				if t.Underlay != "" && !slices.Contains(devs, t.Underlay) {
+					devs = append(devs, t.Underlay)
+				}
+			}
+			if len(devs) == 0 {
+				return errors.New("no underlay device found for the VXLAN devices: pass --dev")
+			}
+		}
+		tables := policy.Compile(rules)
+		if m, prog, err := openAttached(devs); err == nil {
+			defer prog.Close()
+			defer m.Close()
+			if err := writeTopology(m, topo, tables, o.Force); err != nil {
+				return err
+			}
+			return applyPolicy(m, tables)
+		}
+		objs, err := loadObjects(o.TrustOuterCsum)
+		if err != nil {
+			return err
+		}
+		defer objs.Close()
+		if err := writeTopology(&objs.lanesMaps, topo, tables, o.Force); err != nil {
+			return err
+		}
+		if err := applyPolicy(&objs.lanesMaps, tables); err != nil {
+			return err
+		}
+		st := &State{Netns: o.Netns, Force: o.Force}
+		undo := func() {
+			for _, a := range st.Attachments {
+				detach(a)
+			}
+		}
+		for _, d := range devs {
+			a, err := attach(d, objs.LanesIngress)
+			if a.Device != "" {
+				st.Attachments = append(st.Attachments, a)
+			}
+			if err != nil {
+				undo()
+				return err
+			}
+		}
+		if err := saveState(o.StateFile, st); err != nil {
+			undo()
+			return err
+		}
+		return nil
+	})
+	return topo, err
+}
+
+func attach(dev string, prog *ebpf.Program) (Attachment, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("unknown device %q: %w", dev, err)
+	}
+	a := Attachment{Device: dev}
+	ok, err := hasClsact(l)
+	if err != nil {
+		return Attachment{}, err
+	}
+	if !ok {
+		if err := netlink.QdiscAdd(clsact(l)); err != nil {
+			return Attachment{}, fmt.Errorf("add clsact on %s: %w", dev, err)
+		}
+		a.CreatedClsact = true
+	}
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
+			Handle: filterHandle, Priority: filterPrio, Protocol: unix.ETH_P_ALL},
+		Fd: prog.FD(), Name: filterName, DirectAction: true,
+	}
+	if err := netlink.FilterAdd(f); err != nil {
+		return a, fmt.Errorf("attach to %s ingress: %w", dev, err)
+	}
+	return a, nil
+}
+
+// detach removes the lane's filter and, if the lane added it and nothing
+// else uses it, the clsact qdisc. A device that is gone is not an error.
+func detach(a Attachment) error {
+	l, err := netlink.LinkByName(a.Device)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("find %s: %w", a.Device, err)
+	}
+	f, err := ourFilter(l)
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("detach from %s: %w", a.Device, err)
+		}
+	}
+	if !a.CreatedClsact {
+		return nil
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		if fs, err := netlink.FilterList(l, parent); err == nil && len(fs) > 0 {
+			return nil // someone else's filters: keep the qdisc
+		}
+	}
+	if err := netlink.QdiscDel(clsact(l)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("remove clsact from %s: %w", a.Device, err)
+	}
+	return nil
+}
+
+// Disable detaches everything Enable attached and removes the state file.
+// It can be repeated.
+func Disable(o Options) error {
+	st, err := loadState(o.StateFile)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return nil
+	}
+	ns := st.Netns
+	if o.Netns != "" {
+		ns = o.Netns
+	}
+	err = inNetns(ns, func() error {
+		var errs []error
+		for _, a := range st.Attachments {
+			errs = append(errs, detach(a))
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(o.StateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// withAttached runs fn with the attached lane's maps.
+func withAttached(o Options, fn func(m *lanesMaps, st *State) error) error {
+	st, err := loadState(o.StateFile)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotEnabled
+	}
+	ns := st.Netns
+	if o.Netns != "" {
+		ns = o.Netns
+	}
+	return inNetns(ns, func() error {
+		var devs []string
+		for _, a := range st.Attachments {
+			devs = append(devs, a.Device)
+		}
+		m, prog, err := openAttached(devs)
+		if err != nil {
+			return err
+		}
+		defer prog.Close()
+		defer m.Close()
+		return fn(m, st)
+	})
+}
+
+// ApplyRules writes rules into an enabled lane at runtime. newIDs get their
+// counters reset. Without an enabled lane it returns ErrNotEnabled.
+func ApplyRules(o Options, rules *policy.Set, newIDs ...int) error {
+	return withAttached(o, func(m *lanesMaps, _ *State) error {
+		for _, id := range newIDs {
+			if err := resetRule(m, id); err != nil {
+				return fmt.Errorf("reset counters of rule %d: %w", id, err)
+			}
+		}
+		return applyPolicy(m, policy.Compile(rules))
+	})
+}
+
+// Sync re-discovers the namespace and updates an enabled lane's tunnels,
+// peers and endpoints (containers that came or went).
+func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
+	err = withAttached(o, func(m *lanesMaps, st *State) error {
+		if topo, err = Discover(); err != nil {
+			return err
+		}
+		return writeTopology(m, topo, policy.Compile(rules), st.Force || o.Force)
+	})
+	return topo, err
+}
+
+// RuleStats are one rule's counters.
+type RuleStats struct {
+	ID           int    `json:"id"`
+	Rule         string `json:"rule"`
+	Packets      uint64 `json:"packets"`
+	Bytes        uint64 `json:"bytes"`
+	RedirectFail uint64 `json:"redirect_failures"`
+}
+
+// LaneStats are a lane's counters.
+type LaneStats struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Stats are the lane's counters, summed over CPUs.
+type Stats struct {
+	Devices   []string          `json:"devices"`
+	High      LaneStats         `json:"high"`
+	Low       LaneStats         `json:"low"`
+	Rules     []RuleStats       `json:"rules"`
+	Fallbacks map[string]uint64 `json:"fallbacks"`
+}
+
+// ReadStats reads the counters of an enabled lane.
+func ReadStats(o Options, rules *policy.Set) (*Stats, error) {
+	var s *Stats
+	err := withAttached(o, func(m *lanesMaps, st *State) (err error) {
+		s, err = readStats(m)
+		for _, a := range st.Attachments {
+			s.Devices = append(s.Devices, a.Device)
+		}
+		if err == nil {
+			for _, r := range rules.Rules {
+				var vs []ruleCounters
+				if err := m.RuleStats.Lookup(uint32(r.ID), &vs); err != nil {
+					return fmt.Errorf("read rule %d counters: %w", r.ID, err)
+				}
+				rs := RuleStats{ID: r.ID, Rule: r.String()}
+				for _, v := range vs {
+					rs.Packets += v.Packets
+					rs.Bytes += v.Bytes
+					rs.RedirectFail += v.RedirectFail
+				}
+				s.Rules = append(s.Rules, rs)
+			}
+		}
+		return err
+	})
+	return s, err
+}
+
+func readStats(m *lanesMaps) (*Stats, error) {
+	s := &Stats{Fallbacks: map[string]uint64{}, Rules: []RuleStats{}}
+	for r := Reason(0); r < reasonMax; r++ {
+		var vs []uint64
+		if err := m.Reasons.Lookup(uint32(r), &vs); err != nil {
+			return nil, fmt.Errorf("read reason counters: %w", err)
+		}
+		var sum uint64
+		for _, v := range vs {
+			sum += v
+		}
+		s.Fallbacks[r.String()] = sum
+	}
+	for lane, dst := range map[uint32]*LaneStats{laneLow: &s.Low, laneHigh: &s.High} {
+		var vs []laneCounters
+		if err := m.LaneStats.Lookup(lane, &vs); err != nil {
+			return nil, fmt.Errorf("read lane counters: %w", err)
+		}
+		for _, v := range vs {
+			dst.Packets += v.Packets
+			dst.Bytes += v.Bytes
+		}
+	}
+	return s, nil
+}
+
+// ShowTopology discovers a namespace without changing anything.
+func ShowTopology(netnsPath string) (topo Topology, err error) {
+	err = inNetns(netnsPath, func() error {
+		topo, err = Discover()
+		return err
+	})
+	return topo, err
+}

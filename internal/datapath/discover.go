@@ -1,0 +1,240 @@
+package datapath
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Discover reads the calling thread's network namespace and returns the
+// tunnels, peers and endpoints the lane may serve. It assumes no device
+// names; it recognises layouts by their shape:
+//
+//   - bridged: a VXLAN device enslaved to a Linux bridge whose other ports
+//     are veths (the testbed; Docker's overlay inside its sandbox netns).
+//     Endpoints are the bridge FDB's MACs on veth ports.
+//   - routed: a VXLAN device without a master (Flannel's flannel.1 routed
+//     to cni0, Calico's vxlan.calico routed to /32s on cali* veths).
+//     Endpoints are the neighbours behind link-scope routes, resolved to a
+//     veth directly or through the bridge FDB.
+//
+// Peers are the VXLAN device's unicast default remote and FDB
+// destinations. The underlay device is the VXLAN device's link, or the
+// route to its first peer.
+func Discover() (Topology, error) {
+	var t Topology
+	links, err := netlink.LinkList()
+	if err != nil {
+		return t, fmt.Errorf("list links: %w", err)
+	}
+	byIndex := map[int]netlink.Link{}
+	for _, l := range links {
+		byIndex[l.Attrs().Index] = l
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return t, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			t.LocalAddrs = append(t.LocalAddrs, ip.Unmap())
+		}
+	}
+	fdb, err := netlink.NeighList(0, unix.AF_BRIDGE)
+	if err != nil {
+		return t, fmt.Errorf("list fdb: %w", err)
+	}
+	for _, l := range links {
+		vx, ok := l.(*netlink.Vxlan)
+		if !ok || vx.FlowBased || vx.GBP || vx.VxlanId == 0 {
+			continue
+		}
+		tn := Tunnel{Name: vx.Name, Ifindex: vx.Index, VNI: uint32(vx.VxlanId), Port: uint16(vx.Port), MAC: vx.HardwareAddr}
+		if m, ok := byIndex[vx.MasterIndex]; ok && m.Type() == "bridge" {
+			tn.Bridge = m.Attrs().Name
+		} else {
+			tn.Routed = true
+		}
+		seen := map[netip.Addr]bool{}
+		addPeer := func(ip net.IP) {
+			a, ok := netip.AddrFromSlice(ip)
+			if !ok || a.IsUnspecified() || a.IsMulticast() {
+				return
+			}
+			a = a.Unmap()
+			if !seen[a] {
+				seen[a] = true
+				tn.Peers = append(tn.Peers, a)
+			}
+		}
+		addPeer(vx.Group)
+		for _, n := range fdb {
+			if n.LinkIndex == vx.Index && n.IP != nil {
+				addPeer(n.IP)
+			}
+		}
+		if u, ok := byIndex[vx.VtepDevIndex]; ok {
+			tn.Underlay = u.Attrs().Name
+		} else if len(tn.Peers) > 0 {
+			if rs, err := netlink.RouteGet(tn.Peers[0].AsSlice()); err == nil && len(rs) > 0 {
+				if u, ok := byIndex[rs[0].LinkIndex]; ok {
+					tn.Underlay = u.Attrs().Name
+				}
+			}
+		}
+		t.Tunnels = append(t.Tunnels, tn)
+	}
+	brSkip := bridgeNetfilter()
+	for _, tn := range t.Tunnels {
+		if tn.Routed {
+			eps, err := routedEndpoints(tn, byIndex, fdb)
+			if err != nil {
+				return t, err
+			}
+			t.Endpoints = append(t.Endpoints, eps...)
+			continue
+		}
+		br := byIndex[tn.Ifindex].Attrs().MasterIndex
+		skip := brSkip
+		if b, ok := byIndex[br].(*netlink.Bridge); ok && b.VlanFiltering != nil && *b.VlanFiltering {
+			skip = join(skip, "bridge "+b.Name+" filters VLANs")
+		}
+		for _, n := range fdb {
+			port, ok := byIndex[n.LinkIndex]
+			if !ok || n.MasterIndex != br || port.Type() != "veth" || len(n.HardwareAddr) != 6 {
+				continue
+			}
+			if bytes.Equal(n.HardwareAddr, port.Attrs().HardwareAddr) || n.HardwareAddr[0]&1 == 1 {
+				continue // the port's own address, or multicast
+			}
+			t.Endpoints = append(t.Endpoints, Endpoint{
+				VNI: tn.VNI, MAC: n.HardwareAddr, Dev: port.Attrs().Name, Ifindex: port.Attrs().Index,
+				MTU: port.Attrs().MTU, Skip: join(skip, egressFilter(port)),
+			})
+		}
+	}
+	return t, nil
+}
+
+func join(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// bridgeNetfilter says whether br_netfilter would pass bridged frames
+// through iptables/ip6tables/arptables, which the lane would skip.
+func bridgeNetfilter() string {
+	var on []string
+	for _, k := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
+		b, err := os.ReadFile("/proc/sys/net/bridge/" + k)
+		if err == nil && strings.TrimSpace(string(b)) == "1" {
+			on = append(on, "net.bridge."+k+"=1")
+		}
+	}
+	if len(on) == 0 {
+		return ""
+	}
+	return "bridge netfilter is on (" + strings.Join(on, ", ") + "): the lane would skip iptables on bridged traffic"
+}
+
+// egressFilter says whether the host side of a veth has tc egress
+// processing (a qdisc other than noqueue, or filters) that the lane would
+// skip.
+func egressFilter(l netlink.Link) string {
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return ""
+	}
+	for _, q := range qs {
+		switch q.Type() {
+		case "noqueue":
+		case "clsact", "ingress":
+			if fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_EGRESS); err == nil && len(fs) > 0 {
+				return "tc egress filters on " + l.Attrs().Name
+			}
+		default:
+			if q.Attrs().Parent == netlink.HANDLE_ROOT {
+				return "qdisc " + q.Type() + " on " + l.Attrs().Name
+			}
+		}
+	}
+	return ""
+}
+
+// routedSkip is why routed endpoints need --force: the normal path routes
+// them, through netfilter FORWARD (Calico's and Flannel's policy) and
+// reverse-path filtering, which the lane does not run.
+const routedSkip = "routed endpoint: the normal path runs netfilter FORWARD and rp_filter, which the lane skips"
+
+// routedEndpoints finds, for a routed tunnel, the local containers: the
+// neighbours behind link-scope routes on veths or bridges.
+func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neigh) ([]Endpoint, error) {
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	var out []Endpoint
+	seen := map[netip.Addr]bool{}
+	for _, r := range routes {
+		dev, ok := byIndex[r.LinkIndex]
+		if !ok || r.Dst == nil || r.Gw != nil || (dev.Type() != "veth" && dev.Type() != "bridge") {
+			continue
+		}
+		pfx, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		prefix := netip.PrefixFrom(pfx.Unmap(), ones)
+		neighs, err := netlink.NeighList(dev.Attrs().Index, netlink.FAMILY_ALL)
+		if err != nil {
+			return nil, fmt.Errorf("list neighbours on %s: %w", dev.Attrs().Name, err)
+		}
+		for _, n := range neighs {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			if !ok || len(n.HardwareAddr) != 6 || n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_PERMANENT|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_NOARP) == 0 {
+				continue
+			}
+			ip = ip.Unmap()
+			if !prefix.Contains(ip) || seen[ip] {
+				continue
+			}
+			port := dev
+			if dev.Type() == "bridge" {
+				port = nil
+				for _, f := range fdb {
+					if f.MasterIndex == dev.Attrs().Index && bytes.Equal(f.HardwareAddr, n.HardwareAddr) {
+						if p, ok := byIndex[f.LinkIndex]; ok && p.Type() == "veth" {
+							port = p
+						}
+					}
+				}
+				if port == nil {
+					continue
+				}
+			}
+			seen[ip] = true
+			out = append(out, Endpoint{
+				VNI: tn.VNI, IP: ip, MAC: n.HardwareAddr, SrcMAC: dev.Attrs().HardwareAddr,
+				Dev: port.Attrs().Name, Ifindex: port.Attrs().Index, MTU: port.Attrs().MTU,
+				Skip: join(routedSkip, egressFilter(port)),
+			})
+		}
+	}
+	return out, nil
+}
+
+// errNoTunnel is returned when a namespace has no VXLAN device to serve.
+var errNoTunnel = errors.New("no VXLAN device found (looked for vxlan links with a fixed VNI)")
