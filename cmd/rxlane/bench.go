@@ -17,7 +17,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure latency and throughput on the testbed",
 	}
-	cmd.AddCommand(newBenchLatencyCmd(), newBenchThroughputCmd(), newBenchAgentCmd())
+	cmd.AddCommand(newBenchLatencyCmd(), newBenchCompareCmd(), newBenchThroughputCmd(), newBenchAgentCmd())
 	return cmd
 }
 
@@ -137,6 +137,109 @@ Examples:
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
 	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
 	f.StringArrayVar(&plots, "plot", nil, "write the latency CDF plot to this file (.svg, .png or .pdf; repeatable)")
+	return cmd
+}
+
+func newBenchCompareCmd() *cobra.Command {
+	co := bench.CompareOptions{Latency: bench.LatencyOptions{
+		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
+		BgSize: 64, BgFlows: 1, BgProto: "udp", HoldQoS: true,
+	}}
+	o := &co.Latency
+	o.Testbed.Prefix = "bench"
+	var (
+		layout         = string(o.Testbed.Layout)
+		jsonOut, plots []string
+		asJSON         bool
+		dur, warm      = "5s", "500ms"
+		rates          = "150k,300k"
+	)
+	cmd := &cobra.Command{
+		Use:   "compare",
+		Short: "Vanilla vs a priority lane for the high-priority flow, idle and busy, in one run",
+		Long: `Runs the high-priority request/response flow over the overlay (ctrA -> ctrB)
+in two modes on the same testbed, repetition by repetition:
+
+  vanilla  the kernel's normal receive path
+  lanes    a priority lane (rxlane lanes, sync mode) for the flow's
+           destination ctrB:7000: the lane decapsulates it at hostB's wire
+           and hands it straight to ctrB's veth (PRISM-sync on a stock
+           kernel); everything else takes the normal path
+
+each idle and under every --bg-rates background flood (ready-made VXLAN
+frames injected at hostA's wire into a sink in ctrB). Prints the latency
+table (medians over repetitions, ranges), background delivered, receive CPU
+busy %, packets delivered via the lane, and the goals of issue #4 with the
+measured value of each. --plot draws the CDFs like PRISM's Fig. 9.
+
+Examples:
+  rxlane bench compare
+  rxlane bench compare --bg-rates 150k --reps 5 --plot out/compare.svg`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Testbed.Layout = testbed.Layout(layout)
+			var err error
+			if co.BgRates, err = parseRates(rates); err != nil {
+				return err
+			}
+			if o.Duration, err = parseDuration("duration", dur); err != nil {
+				return err
+			}
+			if o.Warmup, err = parseDuration("warmup", warm); err != nil {
+				return err
+			}
+			o.BgRate = 1 // per case; set by Compare
+			o.Paths, o.Loads = []string{bench.PathOverlay}, []string{bench.LoadIdle, bench.LoadBusy}
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			if err := o.Testbed.Validate(); err != nil {
+				return usageError{err}
+			}
+			for _, p := range plots {
+				if err := checkPlotExt(p); err != nil {
+					return usageError{err}
+				}
+			}
+			o.Progress = cmd.ErrOrStderr()
+			rep, err := bench.Compare(cmd.Context(), co)
+			if err != nil {
+				return fmt.Errorf("bench compare: %w", err)
+			}
+			for _, f := range jsonOut {
+				if err := writeJSONFile(f, rep); err != nil {
+					return err
+				}
+			}
+			for _, p := range plots {
+				if err := rep.WritePlot(p); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", p)
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			rep.WriteTable(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	testbedFlags(cmd, &o.Testbed, &layout)
+	f := cmd.Flags()
+	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every case")
+	f.StringVar(&dur, "duration", dur, "measured time per case and repetition")
+	f.StringVar(&warm, "warmup", warm, "initial time whose samples are dropped")
+	f.StringVar(&o.Proto, "proto", o.Proto, "high-priority flow protocol: udp or tcp")
+	f.StringVar(&o.Prober, "prober", o.Prober, "high-priority client/server: rxlane or sockperf")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "high-priority requests per second")
+	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
+	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
+	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
+	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows")
+	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
+	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
+	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
+	f.StringArrayVar(&plots, "plot", nil, "write the CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	return cmd
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/vishvananda/netlink"
 )
 
 // TestInjectedFramesReachTheSink proves the ready-made frames are exactly
@@ -175,5 +176,62 @@ func TestThroughputRun(t *testing.T) {
 	}
 	if st, err := testbed.GetStatus(c); err != nil || !st.Healthy() {
 		t.Errorf("benchmark disturbed a testbed it did not build: %v %v", err, st.Problems)
+	}
+}
+
+// TestCompareRun runs vanilla vs lanes briefly and checks that the lane,
+// and only the lane mode, carried the high-priority flow, and that the
+// lane is gone afterwards.
+func TestCompareRun(t *testing.T) {
+	c := testbedtest.Up(t, testbedtest.Config(t))
+	co := CompareOptions{Latency: LatencyOptions{Testbed: c, Reps: 1, Duration: 700 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64, BgRate: 1, BgSize: 64, BgFlows: 1, BgProto: "udp"}, BgRates: []float64{20000}}
+	rep, err := Compare(context.Background(), co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cases) != 4 {
+		t.Fatalf("%d cases, want 4", len(rep.Cases))
+	}
+	for _, cs := range rep.Cases {
+		if cs.All.Count < 300 {
+			t.Errorf("%s %s: %d round trips", cs.Mode, cs.CaseResult.Load, cs.All.Count)
+		}
+		switch cs.Mode {
+		case ModeVanilla:
+			if cs.LanePackets != 0 {
+				t.Errorf("vanilla %s: %d packets via the lane", cs.CaseResult.Load, cs.LanePackets)
+			}
+		case ModeLanes:
+			// Every request after the warmup, and the warmup's too, went
+			// through the lane: at least the kept samples.
+			if cs.LanePackets < uint64(cs.All.Count) {
+				t.Errorf("lanes %s: %d packets via the lane for %d round trips", cs.CaseResult.Load, cs.LanePackets, cs.All.Count)
+			}
+		}
+	}
+	if len(rep.Goals) == 0 {
+		t.Error("no goals evaluated")
+	}
+	// The lane was detached: hostB's wire has no clsact qdisc left (the
+	// testbed never adds one, so the lane's own was removed).
+	err = testbed.Do(c, testbed.HostB, func() error {
+		l, err := netlink.LinkByName(testbed.WireB)
+		if err != nil {
+			return err
+		}
+		qs, err := netlink.QdiscList(l)
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			if q.Type() == "clsact" {
+				t.Errorf("clsact qdisc left on wireB after compare")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

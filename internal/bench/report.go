@@ -100,8 +100,28 @@ func fmtDevs(m map[string]uint64) string {
 // WritePlot draws the latency CDF of every case, like PRISM's Fig. 3, to
 // file (SVG, PNG or PDF by extension).
 func (r *LatencyReport) WritePlot(file string) error {
+	var ss []cdfSeries
+	for _, c := range r.Cases {
+		ss = append(ss, cdfSeries{c.Path + " " + c.Load, c.RTTs()})
+	}
+	return plotCDF(file, "Round-trip latency of the high-priority flow", ss)
+}
+
+type cdfSeries struct {
+	name string
+	rtt  []int64 // sorted, ns
+}
+
+// plotCDF draws latency CDFs on a log time axis.
+func plotCDF(file, title string, series []cdfSeries) error {
+	ext := strings.TrimPrefix(filepath.Ext(file), ".")
+	switch ext {
+	case "svg", "png", "pdf":
+	default:
+		return fmt.Errorf("plot %s: unknown format %q (want .svg, .png or .pdf)", file, ext)
+	}
 	p := plot.New()
-	p.Title.Text = "Round-trip latency of the high-priority flow"
+	p.Title.Text = title
 	p.X.Label.Text = "round-trip time (us, log scale)"
 	p.Y.Label.Text = "CDF"
 	p.X.Scale = plot.LogScale{}
@@ -110,8 +130,8 @@ func (r *LatencyReport) WritePlot(file string) error {
 	p.Legend.Top = false
 	p.Legend.Left = false
 	var args []any
-	for _, c := range r.Cases {
-		rtt := c.RTTs()
+	for _, s := range series {
+		rtt := s.rtt
 		if len(rtt) == 0 {
 			continue
 		}
@@ -122,19 +142,13 @@ func (r *LatencyReport) WritePlot(file string) error {
 			pts = append(pts, plotter.XY{X: math.Max(float64(rtt[i])/1e3, 1), Y: float64(i+1) / float64(len(rtt))})
 		}
 		pts = append(pts, plotter.XY{X: math.Max(float64(rtt[len(rtt)-1])/1e3, 1), Y: 1})
-		args = append(args, c.Path+" "+c.Load, pts)
+		args = append(args, s.name, pts)
 	}
 	if len(args) == 0 {
 		return fmt.Errorf("plot %s: no samples", file)
 	}
 	if err := plotutil.AddLines(p, args...); err != nil {
 		return fmt.Errorf("plot %s: %w", file, err)
-	}
-	ext := strings.TrimPrefix(filepath.Ext(file), ".")
-	switch ext {
-	case "svg", "png", "pdf":
-	default:
-		return fmt.Errorf("plot %s: unknown format %q (want .svg, .png or .pdf)", file, ext)
 	}
 	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, file); err != nil {
 		return fmt.Errorf("write plot: %w", err)

@@ -1,0 +1,282 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/testbed"
+)
+
+// Modes of `rxlane bench compare`.
+const (
+	ModeVanilla = "vanilla"
+	ModeLanes   = "lanes"
+)
+
+// CompareOptions configures `rxlane bench compare`: the high-priority
+// flow over the overlay, vanilla vs a priority lane for it, idle and under
+// each background rate, in one run on one testbed.
+type CompareOptions struct {
+	Latency LatencyOptions // Proto, Rate, Size, Prober, BgSize, BgFlows, Reps, Duration, Warmup, Testbed, HoldQoS
+	BgRates []float64      // one busy case per rate
+}
+
+// CompareCase is one (mode, load) cell.
+type CompareCase struct {
+	Mode      string  `json:"mode"`
+	Load      string  `json:"load"` // idle or busy
+	BgRatePPS float64 `json:"bg_rate_pps"`
+	CaseResult
+	// LanePackets counts high-priority packets the lane delivered during
+	// the case (lanes mode only), summed over repetitions.
+	LanePackets uint64 `json:"lane_packets"`
+}
+
+// Goal is one of issue #4's targets, evaluated on the run's medians.
+type Goal struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Limit float64 `json:"limit"`
+	Met   bool    `json:"met"`
+}
+
+// CompareReport is the output of `rxlane bench compare`.
+type CompareReport struct {
+	Version  int            `json:"version"`
+	Started  time.Time      `json:"started"`
+	Testbed  testbed.Config `json:"testbed"`
+	QoSHeld  bool           `json:"qos_held"`
+	Options  OptionsJSON    `json:"options"`
+	Rule     string         `json:"rule"`
+	Cases    []CompareCase  `json:"cases"`
+	Goals    []Goal         `json:"goals"`
+	Warnings []string       `json:"warnings"`
+}
+
+// Compare runs the comparison. Cases run repetition-major and, within a
+// repetition, mode by mode, so vanilla and lanes see the same minute.
+func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err error) {
+	o := co.Latency
+	o.Paths, o.Loads = []string{PathOverlay}, []string{LoadIdle, LoadBusy}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if len(co.BgRates) == 0 {
+		return nil, errors.New("bg-rates: want at least one rate")
+	}
+	for _, r := range co.BgRates {
+		if r <= 0 || r > 5e6 {
+			return nil, fmt.Errorf("bg-rates: %g is not in 0 < rate <= 5000000", r)
+		}
+	}
+	tb, cleanup, err := ensureTestbed(ctx, o.Testbed, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, cleanup()) }()
+
+	rule, err := policy.Parse(policy.Spec{Dst: testbed.OverlayB.String(), Proto: o.Proto, Port: fmt.Sprint(echoPort)})
+	if err != nil {
+		return nil, err
+	}
+	rules := &policy.Set{}
+	if rule, err = rules.Add(rule); err != nil {
+		return nil, err
+	}
+	rep = &CompareReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Rule: rule.String(), Warnings: []string{},
+		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
+			RatePerSec: o.Rate, Size: o.Size, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}}
+	if o.HoldQoS {
+		if release, err := HoldCPUDMALatency(); err != nil {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("could not hold /dev/cpu_dma_latency at 0: %v", err))
+		} else {
+			rep.QoSHeld = true
+			defer release()
+		}
+	}
+	stateDir, err := os.MkdirTemp("", "rxlane-compare-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(stateDir)
+	// The testbed's bridge has bridge netfilter on and its VXLAN sets outer
+	// UDP checksums that veth does not verify (docs/lanes.md): the lane
+	// needs both overrides here, as `rxlane lanes enable --force
+	// --trust-outer-csum` would.
+	dpo := datapath.Options{Netns: testbed.NetnsPath(tb, testbed.HostB), Force: true, TrustOuterCsum: true,
+		StateFile: filepath.Join(stateDir, "datapath.json")}
+	defer func() {
+		if derr := datapath.Disable(dpo); derr != nil {
+			err = errors.Join(err, fmt.Errorf("disable lanes: %w", derr))
+		}
+	}()
+
+	type cell struct {
+		mode, load string
+		rate       float64
+	}
+	var cells []cell
+	for _, m := range []string{ModeVanilla, ModeLanes} {
+		cells = append(cells, cell{m, LoadIdle, 0})
+		for _, r := range co.BgRates {
+			cells = append(cells, cell{m, LoadBusy, r})
+		}
+	}
+	results := map[cell]*CompareCase{}
+	total, k := o.Reps*len(cells), 0
+	for r := 0; r < o.Reps; r++ {
+		for _, c := range cells {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			if c.load == LoadIdle { // first cell of a mode
+				if c.mode == ModeLanes {
+					if _, err := datapath.Enable(dpo, rules); err != nil {
+						return rep, fmt.Errorf("enable lanes: %w", err)
+					}
+				} else if err := datapath.Disable(dpo); err != nil {
+					return rep, fmt.Errorf("disable lanes: %w", err)
+				}
+			}
+			k++
+			label := c.load
+			if c.rate > 0 {
+				label = fmt.Sprintf("busy %.0fk", c.rate/1e3)
+			}
+			progress(o.Progress, "[%d/%d] rep %d: %s, %s (%s)", k, total, r+1, c.mode, label, o.Duration)
+			oc := o
+			oc.BgRate = max(c.rate, 1)
+			before := lanePackets(dpo, rules, c.mode)
+			res, err := runCase(ctx, tb, oc, PathOverlay, c.load)
+			if err != nil {
+				return rep, fmt.Errorf("%s %s rep %d: %w", c.mode, label, r+1, err)
+			}
+			cc := results[c]
+			if cc == nil {
+				cc = &CompareCase{Mode: c.mode, Load: c.load, BgRatePPS: c.rate, CaseResult: CaseResult{Path: PathOverlay, Load: label}}
+				results[c] = cc
+			}
+			cc.LanePackets += lanePackets(dpo, rules, c.mode) - before
+			cc.Reps = append(cc.Reps, res)
+			progress(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgDeliveredPPS/1e3)
+		}
+	}
+	for _, c := range cells {
+		cc := results[c]
+		cc.aggregate(tb)
+		rep.Cases = append(rep.Cases, *cc)
+	}
+	rep.Goals = compareGoals(rep.Cases)
+	return rep, nil
+}
+
+// lanePackets reads the lane's high-lane packet counter (0 in vanilla mode
+// or when it cannot be read).
+func lanePackets(o datapath.Options, rules *policy.Set, mode string) uint64 {
+	if mode != ModeLanes {
+		return 0
+	}
+	st, err := datapath.ReadStats(o, rules)
+	if err != nil {
+		return 0
+	}
+	return st.High.Packets
+}
+
+func (r *CompareReport) find(mode string, rate float64) *CompareCase {
+	for i := range r.Cases {
+		if r.Cases[i].Mode == mode && r.Cases[i].BgRatePPS == rate {
+			return &r.Cases[i]
+		}
+	}
+	return nil
+}
+
+// compareGoals evaluates issue #4's targets on the medians of the run.
+func compareGoals(cases []CompareCase) []Goal {
+	rep := &CompareReport{Cases: cases}
+	var goals []Goal
+	add := func(name string, v, limit float64, le bool) {
+		met := v <= limit
+		if !le {
+			met = v >= limit
+		}
+		if math.IsNaN(v) {
+			met = false
+		}
+		goals = append(goals, Goal{Name: name, Value: v, Limit: limit, Met: met})
+	}
+	li, vi := rep.find(ModeLanes, 0), rep.find(ModeVanilla, 0)
+	if li == nil || vi == nil {
+		return goals
+	}
+	var rates []float64
+	for _, c := range cases {
+		if c.Mode == ModeLanes && c.BgRatePPS > 0 {
+			rates = append(rates, c.BgRatePPS)
+		}
+	}
+	sort.Float64s(rates)
+	for _, rate := range rates {
+		lb, vb := rep.find(ModeLanes, rate), rep.find(ModeVanilla, rate)
+		k := fmt.Sprintf("%.0fk", rate/1e3)
+		add("lanes p99 at "+k+" / lanes idle p99", lb.P99.Median/li.P99.Median, 2, true)
+		cut := 1 - lb.P99.Median/vb.P99.Median
+		want := 0.7
+		if rate >= 300e3 {
+			want = 0.8
+		}
+		add("p99 cut vs vanilla at "+k, cut, want, false)
+		add("lanes p50 at "+k+" / lanes idle p50", lb.P50.Median/li.P50.Median, 1.3, true)
+		add("background delivered at "+k+", lanes / vanilla", lb.BgDeliveredPPS.Median/vb.BgDeliveredPPS.Median, 0.95, false)
+		if vb.LossPct.Median == 0 {
+			add("high-priority loss % at "+k+" (vanilla lost none)", lb.LossPct.Median, 0, true)
+		}
+	}
+	return goals
+}
+
+// WriteTable prints the comparison for people.
+func (r *CompareReport) WriteTable(w io.Writer) {
+	o := r.Options
+	fmt.Fprintf(w, "high-priority flow: %s request/response over the overlay, %d B, %.0f req/s (%s prober), %.0fs x %d reps; lane rule: %s\n",
+		o.Proto, o.Size, o.RatePerSec, o.Prober, o.DurationS, o.Reps, r.Rule)
+	fmt.Fprintf(w, "testbed %s, layout %s; cpu_dma_latency held at 0: %v\n\n", r.Testbed.Prefix, r.Testbed.Layout, r.QoSHeld)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tload\tp50\tp99\tp99.9\tavg\tp50 range\tp99 range\tloss %\tbg delivered kpps\trx CPU busy %\tvia lane\t")
+	for _, c := range r.Cases {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.0f\t%d\t\n", c.Mode, c.CaseResult.Load, us(c.P50.Median), us(c.P99.Median), us(c.P999.Median),
+			us(c.Avg.Median), rng(c.P50), rng(c.P99), c.LossPct.Median, c.BgDeliveredPPS.Median/1e3, c.RxCPUBusyPct.Median, c.LanePackets)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(round-trip times in microseconds, medians over repetitions; 'via lane' counts packets the lane delivered)")
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GOAL\tVALUE\tLIMIT\tMET")
+	for _, g := range r.Goals {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%v\n", g.Name, g.Value, g.Limit, g.Met)
+	}
+	tw.Flush()
+	for _, x := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
+}
+
+// WritePlot draws the CDF of every (mode, load), like PRISM's Fig. 9.
+func (r *CompareReport) WritePlot(file string) error {
+	var ss []cdfSeries
+	for _, c := range r.Cases {
+		ss = append(ss, cdfSeries{c.Mode + " " + c.CaseResult.Load, c.RTTs()})
+	}
+	return plotCDF(file, "High-priority latency: vanilla vs priority lane", ss)
+}
