@@ -39,6 +39,8 @@ Verb groups:
   trace     trace the real kernel receive path with BPF (NAPI poll order,
             softirqs per packet, per-stage delay)
   sim       discrete-event simulation of the NAPI/softirq receive path
+  lanes     priority lanes for high-priority flows (PRISM-sync with eBPF)
+  isolate   reserve CPUs for the receive stack (ANP): plan, apply, revert
 
 Most verbs need root (network namespaces, BPF).`,
 		SilenceUsage:  true,
