@@ -204,7 +204,6 @@ type agent struct {
 	cmd   *testbed.Command
 	lines *bufio.Scanner
 	errb  *strings.Builder
-	done  chan error
 }
 
 // startAgent starts an agent in node n pinned to cpus and waits until it is
@@ -230,7 +229,7 @@ func startProcess(c testbed.Config, n testbed.Node, cpus []int, role string, arg
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", role, err)
 	}
-	ag := &agent{role: role, cmd: cmd, lines: bufio.NewScanner(stdout), errb: eb, done: make(chan error, 1)}
+	ag := &agent{role: role, cmd: cmd, lines: bufio.NewScanner(stdout), errb: eb}
 	ag.lines.Buffer(make([]byte, 1<<20), 256<<20)
 	readyc := make(chan bool, 1)
 	go func() {

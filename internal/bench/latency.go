@@ -241,7 +241,8 @@ func (c *CaseResult) aggregate(tb testbed.Config) {
 	c.All = Summarize(c.rtt)
 }
 
-// nodes returns the client, server and sink nodes and server address of a path.
+// pathNodes returns the client and server nodes of a path and the
+// server's address (the sink shares the server's node and address).
 func pathNodes(path string) (client, server testbed.Node, addr string) {
 	if path == PathHost {
 		return testbed.HostA, testbed.HostB, testbed.UnderlayB.String()
