@@ -2,7 +2,16 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* lanes: priority lanes for container overlays on a stock kernel.
  *
- * tc ingress on the underlay device of the receiving host. Parses outer
+ * Two programs share one classifier (include/lanes_classify.h) and one set
+ * of maps. lanes_ingress (--mode sync) is tc ingress on the underlay device
+ * of the receiving host. lanes_xdp (--mode queue) is XDP on the same device:
+ * it runs in the device's NAPI poll before GRO and RPS, decapsulates
+ * high-priority packets and redirects the inner frame to the host side of
+ * the container's veth, whose ndo_xdp_xmit puts it in the container end's
+ * own NAPI ring: a queue the low-priority flood (which reaches the
+ * container through the bridge and the per-CPU backlog) does not share.
+ *
+ * lanes_ingress: Parses outer
  * Ethernet / IPv4 or IPv6 / UDP / VXLAN and the inner Ethernet / IP / L4
  * headers, classifies the inner packet against the policy maps (LPM tries on
  * inner destination and source, port and protocol tables, rules per VNI), and
@@ -16,12 +25,7 @@
  * for the normal path (TC_ACT_UNSPEC: later tc filters still run) and
  * counted by reason. Go side: internal/datapath, policy: internal/policy. */
 
-#include "lanes_uapi.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
-
-#include "lanes_structs.h"
-#include "lanes_maps.h"
+#include "lanes_classify.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -52,12 +56,17 @@ static __always_inline void count_lane(__u32 lane, __u32 len)
 	}
 }
 
-static __always_inline int fallback(struct __sk_buff *skb, __u32 reason)
+static __always_inline void count_fallback(__u32 reason, __u32 len)
 {
 	__u64 *c = bpf_map_lookup_elem(&reasons, &reason);
 	if (c)
 		(*c)++;
-	count_lane(LANE_LOW, skb->len);
+	count_lane(LANE_LOW, len);
+}
+
+static __always_inline int fallback(struct __sk_buff *skb, __u32 reason)
+{
+	count_fallback(reason, skb->len);
 	return FALLBACK;
 }
 
@@ -70,308 +79,20 @@ static __always_inline int lost(__u32 reason)
 	return TC_ACT_SHOT;
 }
 
-static __always_inline void v4_mapped(__u8 *out, __be32 addr)
-{
-	__builtin_memset(out, 0, 10);
-	out[10] = 0xff;
-	out[11] = 0xff;
-	__builtin_memcpy(out + 12, &addr, 4);
-}
-
-static __always_inline bool ipv6_ext(__u8 nh)
-{
-	switch (nh) {
-	case IPPROTO_HOPOPTS:
-	case IPPROTO_ROUTING:
-	case IPPROTO_FRAGMENT:
-	case IPPROTO_ESP:
-	case IPPROTO_AH:
-	case IPPROTO_NONE:
-	case IPPROTO_DSTOPTS:
-	case IPPROTO_MH:
-	case IPPROTO_HIP:
-	case IPPROTO_SHIM6:
-		return true;
-	}
-	return false;
-}
-
-static __always_inline __u64 lpm_mask(void *map, __u8 *addr)
-{
-	struct lanes_lpm_key k = {.prefixlen = 128};
-	__builtin_memcpy(k.addr, addr, 16);
-	__u64 *m = bpf_map_lookup_elem(map, &k);
-	return m ? *m : 0;
-}
-
-/* Index of the lowest set bit of a non-zero mask: the rule that matched
- * (rules do not overlap, so there is one). */
-static __always_inline __u32 lowest_bit(__u64 m)
-{
-	__u32 n = 0;
-	if (!(m & 0xffffffffULL)) { n += 32; m >>= 32; }
-	if (!(m & 0xffffULL)) { n += 16; m >>= 16; }
-	if (!(m & 0xffULL)) { n += 8; m >>= 8; }
-	if (!(m & 0xfULL)) { n += 4; m >>= 4; }
-	if (!(m & 0x3ULL)) { n += 2; m >>= 2; }
-	if (!(m & 0x1ULL)) { n += 1; }
-	return n;
-}
-
-static __always_inline bool mac_eq(const __u8 *a, const __u8 *b)
-{
-	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
-}
-
-/* Parsed inner packet. */
-struct inner {
-	__u8 saddr[16];
-	__u8 daddr[16];
-	__u32 l3_off;   /* from start of packet */
-	__u32 l3_len;   /* IP total length */
-	__u16 dport;    /* host order */
-	__u8 l4;        /* enum lanes_l4 */
-	__u8 v6;
-};
-
-/* parse_inner_l4 reads the inner destination port (TCP/UDP). Returns a
- * reason or -1 when fine. */
-static __always_inline int parse_inner_l4(void *l4h, void *data_end, __u8 proto, struct inner *in)
-{
-	switch (proto) {
-	case IPPROTO_UDP: {
-		struct udphdr *u = l4h;
-		if ((void *)(u + 1) > data_end)
-			return R_TRUNCATED;
-		in->l4 = L4_UDP;
-		in->dport = bpf_ntohs(u->dest);
-		return -1;
-	}
-	case IPPROTO_TCP: {
-		struct tcphdr *t = l4h;
-		if ((void *)(t + 1) > data_end)
-			return R_TRUNCATED;
-		in->l4 = L4_TCP;
-		in->dport = bpf_ntohs(t->dest);
-		return -1;
-	}
-	case IPPROTO_ICMP:
-	case IPPROTO_ICMPV6:
-		in->l4 = L4_ICMP;
-		return -1;
-	}
-	in->l4 = L4_OTHER;
-	return -1;
-}
-
 SEC("tc")
 int lanes_ingress(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	struct lanes_lpm_key addr = {.prefixlen = 128};
-	struct lanes_vtep_key peer = {};
-	__u32 outer_l3_len;
-	bool outer_v6;
-	void *l4;
-
-	/* Outer Ethernet. */
-	if ((void *)(eth + 1) > data_end)
-		return fallback(skb, R_TRUNCATED);
-	if (skb->vlan_present || eth->h_proto == bpf_htons(ETH_P_8021Q) || eth->h_proto == bpf_htons(ETH_P_8021AD))
-		return fallback(skb, R_VLAN);
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) > data_end)
-			return fallback(skb, R_TRUNCATED);
-		if (ip->version != 4)
-			return fallback(skb, R_MALFORMED);
-		if (ip->ihl != 5)
-			return fallback(skb, R_IP_OPTIONS);
-		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-			return fallback(skb, R_FRAGMENT);
-		if (ip->protocol != IPPROTO_UDP)
-			return fallback(skb, R_NOT_VXLAN);
-		if (bpf_ntohs(ip->tot_len) + sizeof(*eth) > skb->len)
-			return fallback(skb, R_TRUNCATED);
-		/* ip_rcv has not run yet: check the header checksum here. */
-		__u16 *w = (void *)ip;
-		__u32 sum = 0;
-#pragma unroll
-		for (int i = 0; i < 10; i++)
-			sum += w[i];
-		sum = (sum & 0xffff) + (sum >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		if (sum != 0xffff)
-			return fallback(skb, R_OUTER_CSUM);
-		v4_mapped(addr.addr, ip->daddr);
-		v4_mapped(peer.addr, ip->saddr);
-		outer_l3_len = sizeof(*ip);
-		outer_v6 = false;
-		l4 = ip + 1;
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-		if ((void *)(ip6 + 1) > data_end)
-			return fallback(skb, R_TRUNCATED);
-		if (ip6->version != 6)
-			return fallback(skb, R_MALFORMED);
-		if (ip6->nexthdr != IPPROTO_UDP)
-			return fallback(skb, ipv6_ext(ip6->nexthdr) ? R_IPV6_EXT : R_NOT_VXLAN);
-		if (bpf_ntohs(ip6->payload_len) + sizeof(*ip6) + sizeof(*eth) > skb->len)
-			return fallback(skb, R_TRUNCATED);
-		__builtin_memcpy(addr.addr, ip6->daddr, 16);
-		__builtin_memcpy(peer.addr, ip6->saddr, 16);
-		outer_l3_len = sizeof(*ip6);
-		outer_v6 = true;
-		l4 = ip6 + 1;
-	} else {
-		return fallback(skb, R_NON_IP);
-	}
-
-	/* Outer UDP and VXLAN. */
-	struct udphdr *udp = l4;
-	if ((void *)(udp + 1) > data_end)
-		return fallback(skb, R_TRUNCATED);
-	__u16 port = bpf_ntohs(udp->dest);
-	if (!bpf_map_lookup_elem(&vxlan_ports, &port))
-		return fallback(skb, R_NOT_VXLAN);
-	if (skb->pkt_type != PACKET_HOST || !bpf_map_lookup_elem(&local_addrs, &addr))
-		return fallback(skb, R_NOT_HOST);
-	struct vxlanhdr *vx = (void *)(udp + 1);
-	if ((void *)(vx + 1) > data_end)
-		return fallback(skb, R_TRUNCATED);
-	if (vx->vx_flags != bpf_htonl(VXLAN_HF_VNI) || (vx->vx_vni & bpf_htonl(0xff)))
-		return fallback(skb, R_VXLAN_FLAGS);
-	__u32 vni = bpf_ntohl(vx->vx_vni) >> 8;
-	struct lanes_vni_cfg *cfg = bpf_map_lookup_elem(&vnis, &vni);
-	if (!cfg)
-		return fallback(skb, R_UNKNOWN_VNI);
-	if (cfg->port != udp->dest)
-		return fallback(skb, R_NOT_VXLAN);
-	peer.vni = vni;
-	if (!bpf_map_lookup_elem(&vteps, &peer))
-		return fallback(skb, R_UNKNOWN_VTEP);
-	/* The normal path verifies a set outer UDP checksum; the lane only
-	 * takes packets whose checksum is absent or already verified. */
-	if (udp->check && !trust_outer_csum && lanes_csum_level(skb, BPF_CSUM_LEVEL_QUERY) < 0)
-		return fallback(skb, R_OUTER_CSUM);
-	if (skb->gso_segs > 1 || skb->gso_size)
-		return fallback(skb, R_GSO);
-
-	/* Inner Ethernet. */
-	struct ethhdr *ieth = (void *)(vx + 1);
-	if ((void *)(ieth + 1) > data_end)
-		return fallback(skb, R_TRUNCATED);
-	if (ieth->h_proto == bpf_htons(ETH_P_8021Q) || ieth->h_proto == bpf_htons(ETH_P_8021AD))
-		return fallback(skb, R_VLAN);
-	if (ieth->h_dest[0] & 1)
-		return fallback(skb, R_DST_MAC);
-
-	struct inner in = {};
-	__u32 inner_eth_off = sizeof(*eth) + outer_l3_len + sizeof(*udp) + sizeof(*vx);
-	in.l3_off = inner_eth_off + sizeof(*ieth);
-	int r;
-	if (ieth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(ieth + 1);
-		if ((void *)(ip + 1) > data_end)
-			return fallback(skb, R_TRUNCATED);
-		if (ip->version != 4)
-			return fallback(skb, R_MALFORMED);
-		if (ip->ihl != 5)
-			return fallback(skb, R_IP_OPTIONS);
-		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-			return fallback(skb, R_FRAGMENT);
-		in.l3_len = bpf_ntohs(ip->tot_len);
-		if (in.l3_len < sizeof(*ip))
-			return fallback(skb, R_MALFORMED);
-		v4_mapped(in.saddr, ip->saddr);
-		v4_mapped(in.daddr, ip->daddr);
-		r = parse_inner_l4(ip + 1, data_end, ip->protocol, &in);
-	} else if (ieth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(ieth + 1);
-		if ((void *)(ip6 + 1) > data_end)
-			return fallback(skb, R_TRUNCATED);
-		if (ip6->version != 6)
-			return fallback(skb, R_MALFORMED);
-		if (ipv6_ext(ip6->nexthdr))
-			return fallback(skb, R_IPV6_EXT);
-		in.l3_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
-		__builtin_memcpy(in.saddr, ip6->saddr, 16);
-		__builtin_memcpy(in.daddr, ip6->daddr, 16);
-		in.v6 = 1;
-		r = parse_inner_l4(ip6 + 1, data_end, ip6->nexthdr, &in);
-	} else {
-		return fallback(skb, R_INNER_NON_IP);
-	}
+	struct lanes_meta meta = {
+		.len = skb->len,
+		.vlan_present = skb->vlan_present,
+		.pkt_host = skb->pkt_type == PACKET_HOST,
+		.csum_ok = trust_outer_csum || lanes_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0,
+		.gso = skb->gso_segs > 1 || skb->gso_size,
+	};
+	struct lanes_cls c = {};
+	int r = lanes_classify((void *)(long)skb->data, (void *)(long)skb->data_end, &meta, &c);
 	if (r >= 0)
 		return fallback(skb, r);
-	if (in.l3_off + in.l3_len > skb->len)
-		return fallback(skb, R_TRUNCATED);
-
-	/* Classify: the AND of every dimension's rule mask. */
-	__u64 mask = cfg->rule_mask;
-	mask &= lpm_mask(&dst_masks, in.daddr);
-	if (mask)
-		mask &= lpm_mask(&src_masks, in.saddr);
-	if (mask) {
-		__u32 cls = in.l4;
-		__u64 *pm = bpf_map_lookup_elem(&proto_masks, &cls);
-		__u64 l4m = pm ? *pm : 0;
-		if (in.l4 == L4_UDP || in.l4 == L4_TCP) {
-			__u32 idx = cls * 65536 + in.dport;
-			__u64 *ports = bpf_map_lookup_elem(&port_masks, &idx);
-			if (ports)
-				l4m |= *ports;
-		}
-		mask &= l4m;
-	}
-	if (!mask)
-		return fallback(skb, R_NO_MATCH);
-	__u32 rule = lowest_bit(mask);
-
-	/* Endpoint: only where the normal path would deliver. */
-	struct lanes_ep_key ek = {.vni = vni};
-	__u8 dst_mac[6], src_mac[6];
-	bool routed = cfg->fwd == FWD_ROUTED;
-	if (routed) {
-		if (!mac_eq(ieth->h_dest, cfg->dev_mac))
-			return fallback(skb, R_DST_MAC);
-		ek.kind = EP_IP;
-		__builtin_memcpy(ek.addr, in.daddr, 16);
-	} else {
-		ek.kind = EP_MAC;
-		__builtin_memcpy(ek.addr, ieth->h_dest, 6);
-	}
-	struct lanes_ep *ep = bpf_map_lookup_elem(&endpoints, &ek);
-	if (!ep)
-		return fallback(skb, R_NO_ENDPOINT);
-	if (in.l3_len > ep->mtu)
-		return fallback(skb, R_MTU);
-	if (routed) {
-		__builtin_memcpy(dst_mac, ep->mac, 6);
-		__builtin_memcpy(src_mac, ep->src_mac, 6);
-	} else {
-		__builtin_memcpy(dst_mac, ieth->h_dest, 6);
-		__builtin_memcpy(src_mac, ieth->h_source, 6);
-	}
-	__u8 ttl = 0;
-	if (routed) {
-		if (in.v6) {
-			struct ipv6hdr *ip6 = (void *)(ieth + 1);
-			if ((void *)(ip6 + 1) > data_end)
-				return fallback(skb, R_TRUNCATED);
-			ttl = ip6->hop_limit;
-		} else {
-			struct iphdr *ip = (void *)(ieth + 1);
-			if ((void *)(ip + 1) > data_end)
-				return fallback(skb, R_TRUNCATED);
-			ttl = ip->ttl;
-		}
-		if (ttl <= 1)
-			return fallback(skb, R_TTL);
-	}
-	__u32 ifindex = ep->ifindex;
 
 	/* Decapsulate: remove outer IP, UDP, VXLAN and the inner Ethernet
 	 * header behind the outer Ethernet header, which is then rewritten
@@ -379,49 +100,33 @@ int lanes_ingress(struct __sk_buff *skb)
 	 * first adds or removes the 20 bytes between an IPv4 and an IPv6
 	 * header and sets skb->protocol, so the container's stack sees the
 	 * right protocol. */
-	__s32 pop = outer_l3_len + sizeof(*udp) + sizeof(*vx) + sizeof(*ieth);
-	__be16 inner_proto = in.v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
-	bool xlat = in.v6 != outer_v6;
+	__s32 pop = c.pop + sizeof(struct ethhdr);
+	__be16 inner_proto = c.inner_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
+	bool xlat = c.inner_v6 != c.outer_v6;
 	if (xlat) {
 		if (bpf_skb_change_proto(skb, inner_proto, 0))
 			return fallback(skb, R_DECAP);
-		pop += in.v6 ? 20 : -20;
+		pop += c.inner_v6 ? 20 : -20;
 		if (bpf_skb_adjust_room(skb, -pop, BPF_ADJ_ROOM_MAC, 0))
 			return lost(R_DECAP_DROP);
 	} else if (bpf_skb_adjust_room(skb, -pop, BPF_ADJ_ROOM_MAC, 0)) {
 		return fallback(skb, R_DECAP);
 	}
 
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	eth = data;
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return lost(R_DECAP_DROP);
-	__builtin_memcpy(eth->h_dest, dst_mac, 6);
-	__builtin_memcpy(eth->h_source, src_mac, 6);
+	__builtin_memcpy(eth->h_dest, c.dst_mac, 6);
+	__builtin_memcpy(eth->h_source, c.src_mac, 6);
 	eth->h_proto = inner_proto;
-	if (routed) {
-		/* What ip_forward / ip6_forward would do. */
-		if (in.v6) {
-			struct ipv6hdr *ip6 = (void *)(eth + 1);
-			if ((void *)(ip6 + 1) > data_end)
-				return lost(R_DECAP_DROP);
-			ip6->hop_limit = ttl - 1;
-		} else {
-			struct iphdr *ip = (void *)(eth + 1);
-			if ((void *)(ip + 1) > data_end)
-				return lost(R_DECAP_DROP);
-			/* RFC 1624 incremental update, as ip_decrease_ttl. */
-			__u32 check = ip->check;
-			check += bpf_htons(0x0100);
-			ip->check = (__u16)(check + (check >= 0xFFFF));
-			ip->ttl = ttl - 1;
-		}
-	}
+	if (c.routed && !lanes_forward(eth + 1, data_end, &c))
+		return lost(R_DECAP_DROP);
 
 	__u32 len = skb->len;
-	long ret = lanes_redirect_peer(ifindex, 0);
-	struct lanes_rule_stats *rs = bpf_map_lookup_elem(&rule_stats, &rule);
+	long ret = lanes_redirect_peer(c.ifindex, 0);
+	struct lanes_rule_stats *rs = bpf_map_lookup_elem(&rule_stats, &c.rule);
 	if (ret != TC_ACT_REDIRECT) {
 		if (rs)
 			rs->redirect_fail++;
@@ -433,4 +138,73 @@ int lanes_ingress(struct __sk_buff *skb)
 	}
 	count_lane(LANE_HIGH, len);
 	return ret;
+}
+
+/* lanes_xdp: --mode queue. Low-priority and not-understood packets get
+ * XDP_PASS untouched (counted by reason); high-priority packets lose their
+ * outer Ethernet, IP, UDP and VXLAN headers (bpf_xdp_adjust_head) and the
+ * inner frame is redirected to the endpoint's host-side veth, i.e. into
+ * the container end's NAPI ring. XDP sees no checksum state: a set outer
+ * UDP checksum is accepted only with trust_outer_csum, and the container's
+ * stack verifies the inner L4 checksum (CHECKSUM_NONE), which is why the
+ * sender must not leave it to an offload that never happens (see
+ * docs/lanes.md). Multi-buffer frames take the normal path (R_GSO). */
+SEC("xdp.frags")
+int lanes_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 len = bpf_xdp_get_buff_len(ctx);
+	struct ethhdr *eth = data;
+	struct lanes_meta meta = {
+		.len = len,
+		.csum_ok = trust_outer_csum,
+		.gso = len != (__u32)(data_end - data),
+	};
+	/* PACKET_HOST: unicast to the receiving device's own MAC. */
+	if ((void *)(eth + 1) <= data_end && !(eth->h_dest[0] & 1)) {
+		__u32 ifindex = ctx->ingress_ifindex;
+		__u8 *mac = bpf_map_lookup_elem(&dev_macs, &ifindex);
+		meta.pkt_host = mac && mac_eq(eth->h_dest, mac);
+	}
+	struct lanes_cls c = {};
+	int r = lanes_classify(data, data_end, &meta, &c);
+	if (r >= 0) {
+		count_fallback(r, len);
+		return XDP_PASS;
+	}
+	if (bpf_xdp_adjust_head(ctx, c.pop + sizeof(struct ethhdr))) {
+		count_fallback(R_DECAP, len);
+		return XDP_PASS;
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end) {
+		lost(R_DECAP_DROP);
+		return XDP_DROP;
+	}
+	if (c.routed) {
+		__builtin_memcpy(eth->h_dest, c.dst_mac, 6);
+		__builtin_memcpy(eth->h_source, c.src_mac, 6);
+		if (!lanes_forward(eth + 1, data_end, &c)) {
+			lost(R_DECAP_DROP);
+			return XDP_DROP;
+		}
+	}
+	len -= c.pop + sizeof(struct ethhdr);
+	long ret = bpf_redirect(c.ifindex, 0);
+	struct lanes_rule_stats *rs = bpf_map_lookup_elem(&rule_stats, &c.rule);
+	if (ret != XDP_REDIRECT) {
+		if (rs)
+			rs->redirect_fail++;
+		lost(R_DECAP_DROP);
+		return XDP_DROP;
+	}
+	if (rs) {
+		rs->packets++;
+		rs->bytes += len;
+	}
+	count_lane(LANE_HIGH, len);
+	return XDP_REDIRECT;
 }

@@ -75,6 +75,15 @@ struct {
 	__type(value, struct lanes_ep);
 } endpoints SEC(".maps");
 
+/* ifindex of an underlay device -> its MAC (bytes 0-5): lanes_xdp's
+ * PACKET_HOST test. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} dev_macs SEC(".maps");
+
 /* Counters. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -159,6 +159,24 @@ struct vxlanhdr {
 };
 #define VXLAN_HF_VNI 0x08000000
 
+/* XDP context and verdicts. */
+struct xdp_md {
+	__u32 data;
+	__u32 data_end;
+	__u32 data_meta;
+	__u32 ingress_ifindex;
+	__u32 rx_queue_index;
+	__u32 egress_ifindex;
+};
+
+enum xdp_action {
+	XDP_ABORTED = 0,
+	XDP_DROP,
+	XDP_PASS,
+	XDP_TX,
+	XDP_REDIRECT,
+};
+
 /* Helpers the distribution's bpf_helper_defs.h may predate. */
 static long (*lanes_csum_level)(struct __sk_buff *skb, __u64 level) = (void *)135;
 static long (*lanes_redirect_peer)(__u32 ifindex, __u64 flags) = (void *)155;

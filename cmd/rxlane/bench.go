@@ -153,6 +153,7 @@ func newBenchCompareCmd() *cobra.Command {
 		asJSON         bool
 		dur, warm      = "5s", "500ms"
 		rates          = "150k,300k"
+		modes          = []string{bench.ModeVanilla, bench.ModeLanes, bench.ModeLanesQueue}
 	)
 	cmd := &cobra.Command{
 		Use:   "compare",
@@ -161,10 +162,14 @@ func newBenchCompareCmd() *cobra.Command {
 in two modes on the same testbed, repetition by repetition:
 
   vanilla  the kernel's normal receive path
-  lanes    a priority lane (rxlane lanes, sync mode) for the flow's
-           destination ctrB:7000: the lane decapsulates it at hostB's wire
-           and hands it straight to ctrB's veth (PRISM-sync on a stock
-           kernel); everything else takes the normal path
+  lanes-sync   a priority lane (rxlane lanes, sync mode) for the flow's
+               destination ctrB:7000: tc decapsulates it at hostB's wire
+               and hands it straight to ctrB's veth (PRISM-sync on a stock
+               kernel); everything else takes the normal path
+  lanes-queue  the same rule in queue mode: XDP on hostB's wire, before
+               GRO and RPS, redirects it into ctrB's veth's own NAPI ring
+               (needs tx checksum offload off on hostA's wire, which the
+               run sets for every mode and restores)
 
 each idle and under every --bg-rates background flood (ready-made VXLAN
 frames injected at hostA's wire into a sink in ctrB). Prints the latency
@@ -179,6 +184,9 @@ Examples:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Testbed.Layout = testbed.Layout(layout)
 			var err error
+			if co.Modes, err = bench.ParseModes(modes); err != nil {
+				return usageError{err}
+			}
 			if co.BgRates, err = parseRates(rates); err != nil {
 				return err
 			}
@@ -233,6 +241,7 @@ Examples:
 	f.StringVar(&o.Prober, "prober", o.Prober, "high-priority client/server: rxlane or sockperf")
 	f.Float64Var(&o.Rate, "rate", o.Rate, "high-priority requests per second")
 	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
+	f.StringSliceVar(&modes, "modes", modes, "modes to compare: vanilla, lanes-sync (tc), lanes-queue (XDP)")
 	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
 	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
 	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows")

@@ -192,13 +192,16 @@ func newLanesListCmd(f *lanesFlags) *cobra.Command {
 }
 
 func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
-	var dev string
+	var dev, mode string
 	var force, trust bool
 	cmd := &cobra.Command{
 		Use:   "enable",
 		Short: "Discover tunnels and endpoints, load the lane and attach it to the underlay",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := datapath.ValidMode(mode); err != nil {
+				return err
+			}
 			nsPath, rulesFile, dpFile, err := f.where()
 			if err != nil {
 				return err
@@ -207,7 +210,7 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			topo, err := datapath.Enable(datapath.Options{Netns: nsPath, Device: dev, Force: force, TrustOuterCsum: trust, StateFile: dpFile}, set)
+			topo, err := datapath.Enable(datapath.Options{Netns: nsPath, Device: dev, Force: force, TrustOuterCsum: trust, StateFile: dpFile, Mode: mode}, set)
 			if err != nil {
 				return err
 			}
@@ -221,6 +224,7 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 	cmd.Flags().StringVar(&dev, "dev", "", "underlay device to attach to (default: the VXLAN devices' underlay)")
 	cmd.Flags().BoolVar(&force, "force", false, "serve endpoints whose normal path filters traffic the lane skips (bridge netfilter, routed FORWARD)")
 	cmd.Flags().BoolVar(&trust, "trust-outer-csum", false, "take packets with an outer UDP checksum the device did not verify")
+	cmd.Flags().StringVar(&mode, "mode", datapath.ModeSync, "lane mode: sync (tc, run to completion) or queue (XDP before GRO/RPS, the container veth's own NAPI ring)")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -20,8 +21,46 @@ import (
 // Modes of `rxlane bench compare`.
 const (
 	ModeVanilla = "vanilla"
-	ModeLanes   = "lanes"
+	// ModeLanes is the sync lane (tc, bpf_redirect_peer); "lanes" is
+	// accepted as its old name.
+	ModeLanes = "lanes-sync"
+	// ModeLanesQueue is the queue lane (XDP before GRO/RPS into the
+	// container veth's own NAPI ring).
+	ModeLanesQueue = "lanes-queue"
 )
+
+// laneMode maps a compare mode to the datapath's lane mode ("" for
+// vanilla).
+func laneMode(m string) string {
+	switch m {
+	case ModeLanes:
+		return datapath.ModeSync
+	case ModeLanesQueue:
+		return datapath.ModeQueue
+	}
+	return ""
+}
+
+// ParseModes checks and normalises a list of compare modes.
+func ParseModes(ms []string) ([]string, error) {
+	var out []string
+	for _, m := range ms {
+		if m == "lanes" {
+			m = ModeLanes
+		}
+		if m != ModeVanilla && laneMode(m) == "" {
+			return nil, fmt.Errorf("modes: unknown mode %q: want %s, %s or %s", m, ModeVanilla, ModeLanes, ModeLanesQueue)
+		}
+		if slices.Contains(out, m) {
+			return nil, fmt.Errorf("modes: %s given twice", m)
+		}
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("modes: want at least one mode")
+	}
+	return out, nil
+}
 
 // CompareOptions configures `rxlane bench compare`: the high-priority
 // flow over the overlay, vanilla vs a priority lane for it, idle and under
@@ -29,6 +68,8 @@ const (
 type CompareOptions struct {
 	Latency LatencyOptions // Proto, Rate, Size, Prober, BgSize, BgFlows, Reps, Duration, Warmup, Testbed, HoldQoS
 	BgRates []float64      // one busy case per rate
+	// Modes to compare (default vanilla and lanes-sync).
+	Modes []string
 }
 
 // CompareCase is one (mode, load) cell.
@@ -52,15 +93,20 @@ type Goal struct {
 
 // CompareReport is the output of `rxlane bench compare`.
 type CompareReport struct {
-	Version  int            `json:"version"`
-	Started  time.Time      `json:"started"`
-	Testbed  testbed.Config `json:"testbed"`
-	QoSHeld  bool           `json:"qos_held"`
-	Options  OptionsJSON    `json:"options"`
-	Rule     string         `json:"rule"`
-	Cases    []CompareCase  `json:"cases"`
-	Goals    []Goal         `json:"goals"`
-	Warnings []string       `json:"warnings"`
+	Version int            `json:"version"`
+	Started time.Time      `json:"started"`
+	Testbed testbed.Config `json:"testbed"`
+	QoSHeld bool           `json:"qos_held"`
+	Options OptionsJSON    `json:"options"`
+	Rule    string         `json:"rule"`
+	Cases   []CompareCase  `json:"cases"`
+	Goals   []Goal         `json:"goals"`
+	Modes   []string       `json:"modes"`
+	// SenderTxCsumOff is true when the run turned tx checksum offload off
+	// on hostA's wire for every mode (the queue lane needs it on a veth
+	// underlay; docs/lanes.md).
+	SenderTxCsumOff bool     `json:"sender_tx_csum_off"`
+	Warnings        []string `json:"warnings"`
 }
 
 // Compare runs the comparison. Cases run repetition-major and, within a
@@ -69,6 +115,13 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	o := co.Latency
 	o.Paths, o.Loads = []string{PathOverlay}, []string{LoadIdle, LoadBusy}
 	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if len(co.Modes) == 0 {
+		co.Modes = []string{ModeVanilla, ModeLanes}
+	}
+	modes, err := ParseModes(co.Modes)
+	if err != nil {
 		return nil, err
 	}
 	if len(co.BgRates) == 0 {
@@ -93,7 +146,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	if rule, err = rules.Add(rule); err != nil {
 		return nil, err
 	}
-	rep = &CompareReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Rule: rule.String(), Warnings: []string{},
+	rep = &CompareReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Rule: rule.String(), Warnings: []string{}, Modes: modes,
 		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
 			RatePerSec: o.Rate, Size: o.Size, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}}
 	if o.HoldQoS {
@@ -115,6 +168,23 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	// --trust-outer-csum` would.
 	dpo := datapath.Options{Netns: testbed.NetnsPath(tb, testbed.HostB), Force: true, TrustOuterCsum: true,
 		StateFile: filepath.Join(stateDir, "datapath.json")}
+	if slices.Contains(modes, ModeLanesQueue) {
+		// XDP frames reach the container as CHECKSUM_NONE: a veth sender
+		// must put real inner checksums on the wire, as a NIC does. Off
+		// for every mode of the run (same testbed for all), restored at
+		// the end.
+		hostA := testbed.NetnsPath(tb, testbed.HostA)
+		prev, err := datapath.SetOffload(hostA, testbed.WireA, datapath.OffloadTxCsum, false)
+		if err != nil {
+			return rep, fmt.Errorf("sender tx checksum offload off: %w", err)
+		}
+		rep.SenderTxCsumOff = true
+		defer func() {
+			if _, rerr := datapath.SetOffload(hostA, testbed.WireA, datapath.OffloadTxCsum, prev); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("restore sender tx checksum offload: %w", rerr))
+			}
+		}()
+	}
 	defer func() {
 		if derr := datapath.Disable(dpo); derr != nil {
 			err = errors.Join(err, fmt.Errorf("disable lanes: %w", derr))
@@ -126,7 +196,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		rate       float64
 	}
 	var cells []cell
-	for _, m := range []string{ModeVanilla, ModeLanes} {
+	for _, m := range modes {
 		cells = append(cells, cell{m, LoadIdle, 0})
 		for _, r := range co.BgRates {
 			cells = append(cells, cell{m, LoadBusy, r})
@@ -140,12 +210,15 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 				return rep, ctx.Err()
 			}
 			if c.load == LoadIdle { // first cell of a mode
-				if c.mode == ModeLanes {
-					if _, err := datapath.Enable(dpo, rules); err != nil {
-						return rep, fmt.Errorf("enable lanes: %w", err)
-					}
-				} else if err := datapath.Disable(dpo); err != nil {
+				if err := datapath.Disable(dpo); err != nil {
 					return rep, fmt.Errorf("disable lanes: %w", err)
+				}
+				if lm := laneMode(c.mode); lm != "" {
+					mo := dpo
+					mo.Mode = lm
+					if _, err := datapath.Enable(mo, rules); err != nil {
+						return rep, fmt.Errorf("enable lanes (%s): %w", lm, err)
+					}
 				}
 			}
 			k++
@@ -183,7 +256,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 // lanePackets reads the lane's high-lane packet counter (0 in vanilla mode
 // or when it cannot be read).
 func lanePackets(o datapath.Options, rules *policy.Set, mode string) uint64 {
-	if mode != ModeLanes {
+	if laneMode(mode) == "" {
 		return 0
 	}
 	st, err := datapath.ReadStats(o, rules)
@@ -216,34 +289,44 @@ func compareGoals(cases []CompareCase) []Goal {
 		}
 		goals = append(goals, Goal{Name: name, Value: v, Limit: limit, Met: met})
 	}
-	li, vi := rep.find(ModeLanes, 0), rep.find(ModeVanilla, 0)
+	for _, lm := range []string{ModeLanes, ModeLanesQueue} {
+		goals = append(goals, modeGoals(rep, lm, add)...)
+	}
+	return goals
+}
+
+func modeGoals(rep *CompareReport, mode string, add func(name string, v, limit float64, le bool)) []Goal {
+	li, vi := rep.find(mode, 0), rep.find(ModeVanilla, 0)
 	if li == nil || vi == nil {
-		return goals
+		return nil
 	}
 	var rates []float64
-	for _, c := range cases {
-		if c.Mode == ModeLanes && c.BgRatePPS > 0 {
+	for _, c := range rep.Cases {
+		if c.Mode == mode && c.BgRatePPS > 0 {
 			rates = append(rates, c.BgRatePPS)
 		}
 	}
 	sort.Float64s(rates)
 	for _, rate := range rates {
-		lb, vb := rep.find(ModeLanes, rate), rep.find(ModeVanilla, rate)
+		lb, vb := rep.find(mode, rate), rep.find(ModeVanilla, rate)
+		if vb == nil {
+			continue
+		}
 		k := fmt.Sprintf("%.0fk", rate/1e3)
-		add("lanes p99 at "+k+" / lanes idle p99", lb.P99.Median/li.P99.Median, 2, true)
+		add(mode+" p99 at "+k+" / idle p99", lb.P99.Median/li.P99.Median, 2, true)
 		cut := 1 - lb.P99.Median/vb.P99.Median
 		want := 0.7
 		if rate >= 300e3 {
 			want = 0.8
 		}
-		add("p99 cut vs vanilla at "+k, cut, want, false)
-		add("lanes p50 at "+k+" / lanes idle p50", lb.P50.Median/li.P50.Median, 1.3, true)
-		add("background delivered at "+k+", lanes / vanilla", lb.BgDeliveredPPS.Median/vb.BgDeliveredPPS.Median, 0.95, false)
+		add(mode+" p99 cut vs vanilla at "+k, cut, want, false)
+		add(mode+" p50 at "+k+" / idle p50", lb.P50.Median/li.P50.Median, 1.3, true)
+		add(mode+" background delivered at "+k+" / vanilla", lb.BgDeliveredPPS.Median/vb.BgDeliveredPPS.Median, 0.95, false)
 		if vb.LossPct.Median == 0 {
-			add("high-priority loss % at "+k+" (vanilla lost none)", lb.LossPct.Median, 0, true)
+			add(mode+" high-priority loss % at "+k+" (vanilla lost none)", lb.LossPct.Median, 0, true)
 		}
 	}
-	return goals
+	return nil
 }
 
 // WriteTable prints the comparison for people.

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,8 @@ type Options struct {
 	// StateFile records what Enable changed so Disable can undo exactly
 	// that.
 	StateFile string
+	// Mode is ModeSync (tc, default) or ModeQueue (XDP).
+	Mode string
 }
 
 // Attachment is one device the lane is attached to.
@@ -50,6 +53,8 @@ type Attachment struct {
 	// CreatedClsact is true when Enable added the clsact qdisc; Disable
 	// then removes it again.
 	CreatedClsact bool `json:"created_clsact"`
+	// XDP is true for the queue lane's XDP attachment.
+	XDP bool `json:"xdp,omitempty"`
 }
 
 // State is the datapath's state file.
@@ -57,6 +62,10 @@ type State struct {
 	Netns       string       `json:"netns"`
 	Force       bool         `json:"force"`
 	Attachments []Attachment `json:"attachments"`
+	// Mode is the lane mode ("" in files from before modes: sync).
+	Mode string `json:"mode,omitempty"`
+	// Peers are settings the queue lane changed on containers' veths.
+	Peers []PeerOffload `json:"peers,omitempty"`
 }
 
 // ErrNotEnabled is returned when no lane is attached.
@@ -167,13 +176,15 @@ func openAttached(devs []string) (*lanesMaps, *ebpf.Program, error) {
 		if err != nil {
 			continue
 		}
-		f, err := ourFilter(l)
-		if err != nil || f == nil {
+		var id ebpf.ProgramID
+		if f, err := ourFilter(l); err == nil && f != nil {
+			id = ebpf.ProgramID(f.Id)
+		} else if id = ourXDP(l); id == 0 {
 			continue
 		}
-		prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
+		prog, err := ebpf.NewProgramFromID(id)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open attached program %d: %w", f.Id, err)
+			return nil, nil, fmt.Errorf("open attached program %d: %w", id, err)
 		}
 		m, err := mapsOf(prog)
 		if err != nil {
@@ -222,6 +233,8 @@ func mapsOf(prog *ebpf.Program) (*lanesMaps, error) {
 		}
 		*dst = m
 	}
+	// Only lanes_xdp uses dev_macs: the tc program does not hold it.
+	o.DevMacs = byName["dev_macs"]
 	return &o, nil
 }
 
@@ -229,6 +242,18 @@ func mapsOf(prog *ebpf.Program) (*lanesMaps, error) {
 // topology and rules, and attaches it to the underlay devices. Enabling an
 // enabled lane re-syncs it. On error nothing it changed stays.
 func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
+	if err := ValidMode(o.Mode); err != nil {
+		return topo, err
+	}
+	mode := o.Mode
+	if mode == "" {
+		mode = ModeSync
+	}
+	if st, err := loadState(o.StateFile); err != nil {
+		return topo, err
+	} else if st != nil && st.Mode != "" && st.Mode != mode || st != nil && st.Mode == "" && mode != ModeSync {
+		return topo, fmt.Errorf("lanes are enabled in mode %s: disable them before enabling mode %s", cmp.Or(st.Mode, ModeSync), mode)
+	}
 	err = inNetns(o.Netns, func() error {
 		topo, err = Discover()
 		if err != nil {
@@ -260,6 +285,11 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 			if err := writeTopology(m, topo, tables, o.Force); err != nil {
 				return err
 			}
+			if mode == ModeQueue {
+				if err := writeDevMACs(m, devs); err != nil {
+					return err
+				}
+			}
 			return applyPolicy(m, tables)
 		}
 		objs, err := loadObjects(o.TrustOuterCsum)
@@ -273,14 +303,41 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		if err := applyPolicy(&objs.lanesMaps, tables); err != nil {
 			return err
 		}
-		st := &State{Netns: o.Netns, Force: o.Force}
+		st := &State{Netns: o.Netns, Force: o.Force, Mode: mode}
 		undo := func() {
 			for _, a := range st.Attachments {
-				detach(a)
+				if a.XDP {
+					detachXDP(a)
+				} else {
+					detach(a)
+				}
+			}
+			restorePeers(st.Peers)
+		}
+		if mode == ModeQueue {
+			if err := writeDevMACs(&objs.lanesMaps, devs); err != nil {
+				return err
+			}
+			var served []Endpoint
+			for _, ep := range topo.Endpoints {
+				if ep.Skip == "" || o.Force {
+					served = append(served, ep)
+				}
+			}
+			st.Peers, err = enablePeerNAPI(served)
+			if err != nil {
+				undo()
+				return err
 			}
 		}
 		for _, d := range devs {
-			a, err := attach(d, objs.LanesIngress)
+			var a Attachment
+			var err error
+			if mode == ModeQueue {
+				a, err = attachXDP(d, objs.LanesXdp)
+			} else {
+				a, err = attach(d, objs.LanesIngress)
+			}
 			if a.Device != "" {
 				st.Attachments = append(st.Attachments, a)
 			}
@@ -376,8 +433,14 @@ func Disable(o Options) error {
 	err = inNetns(ns, func() error {
 		var errs []error
 		for _, a := range st.Attachments {
-			errs = append(errs, detach(a))
+			if a.XDP {
+				errs = append(errs, detachXDP(a))
+			} else {
+				errs = append(errs, detach(a))
+			}
 		}
+		// Peers after the XDP program is gone: nothing is queued to them.
+		errs = append(errs, restorePeers(st.Peers))
 		return errors.Join(errs...)
 	})
 	if err != nil {

@@ -67,6 +67,7 @@ type lanesLanesVtepKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	lanesMapDevMacs         = "dev_macs"
 	lanesMapDstMasks        = "dst_masks"
 	lanesMapEndpoints       = "endpoints"
 	lanesMapLaneStats       = "lane_stats"
@@ -80,6 +81,7 @@ const (
 	lanesMapVteps           = "vteps"
 	lanesMapVxlanPorts      = "vxlan_ports"
 	lanesProgLanesIngress   = "lanes_ingress"
+	lanesProgLanesXdp       = "lanes_xdp"
 	lanesVarTrustOuterCsum  = "trust_outer_csum"
 	lanesVarUnusedEpKind    = "unused_ep_kind"
 	lanesVarUnusedFwd       = "unused_fwd"
@@ -133,12 +135,14 @@ type lanesSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanesProgramSpecs struct {
 	LanesIngress *ebpf.ProgramSpec `ebpf:"lanes_ingress"`
+	LanesXdp     *ebpf.ProgramSpec `ebpf:"lanes_xdp"`
 }
 
 // lanesMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanesMapSpecs struct {
+	DevMacs    *ebpf.MapSpec `ebpf:"dev_macs"`
 	DstMasks   *ebpf.MapSpec `ebpf:"dst_masks"`
 	Endpoints  *ebpf.MapSpec `ebpf:"endpoints"`
 	LaneStats  *ebpf.MapSpec `ebpf:"lane_stats"`
@@ -187,6 +191,7 @@ func (o *lanesObjects) Close() error {
 //
 // It can be passed to loadLanesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanesMaps struct {
+	DevMacs    *ebpf.Map `ebpf:"dev_macs"`
 	DstMasks   *ebpf.Map `ebpf:"dst_masks"`
 	Endpoints  *ebpf.Map `ebpf:"endpoints"`
 	LaneStats  *ebpf.Map `ebpf:"lane_stats"`
@@ -203,6 +208,7 @@ type lanesMaps struct {
 
 func (m *lanesMaps) Close() error {
 	return _LanesClose(
+		m.DevMacs,
 		m.DstMasks,
 		m.Endpoints,
 		m.LaneStats,
@@ -237,11 +243,13 @@ type lanesVariables struct {
 // It can be passed to loadLanesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanesPrograms struct {
 	LanesIngress *ebpf.Program `ebpf:"lanes_ingress"`
+	LanesXdp     *ebpf.Program `ebpf:"lanes_xdp"`
 }
 
 func (p *lanesPrograms) Close() error {
 	return _LanesClose(
 		p.LanesIngress,
+		p.LanesXdp,
 	)
 }
 

@@ -1,0 +1,278 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Lane modes (`rxlane lanes enable --mode`).
+const (
+	// ModeSync is the tc lane: decapsulate and bpf_redirect_peer in the
+	// softirq that received the packet (PRISM-sync).
+	ModeSync = "sync"
+	// ModeQueue is the XDP lane: classify in the underlay's NAPI poll
+	// before GRO and RPS, and give high-priority packets the container
+	// veth's own NAPI ring (PRISM-batch-like: a queue of their own).
+	ModeQueue = "queue"
+)
+
+// ValidMode reports whether m is a lane mode ("" means sync).
+func ValidMode(m string) error {
+	switch m {
+	case "", ModeSync, ModeQueue:
+		return nil
+	}
+	return fmt.Errorf("unknown lane mode %q: want %s or %s", m, ModeSync, ModeQueue)
+}
+
+// Offload is an ethtool feature the lane or the benchmark toggles.
+type Offload string
+
+// Offloads.
+const (
+	OffloadGRO    Offload = "gro"
+	OffloadTxCsum Offload = "tx"
+)
+
+var offloadCmds = map[Offload][2]uint32{
+	OffloadGRO:    {unix.ETHTOOL_GGRO, unix.ETHTOOL_SGRO},
+	OffloadTxCsum: {unix.ETHTOOL_GTXCSUM, unix.ETHTOOL_STXCSUM},
+}
+
+type ethtoolValue struct {
+	cmd  uint32
+	data uint32
+}
+
+func ethtoolIoctl(dev string, v *ethtoolValue) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("ethtool socket: %w", err)
+	}
+	defer unix.Close(fd)
+	var ifr [unix.IFNAMSIZ + 24]byte
+	copy(ifr[:unix.IFNAMSIZ-1], dev)
+	*(*uintptr)(unsafe.Pointer(&ifr[unix.IFNAMSIZ])) = uintptr(unsafe.Pointer(v))
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr[0])))
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func getOffload(dev string, o Offload) (bool, error) {
+	v := ethtoolValue{cmd: offloadCmds[o][0]}
+	if err := ethtoolIoctl(dev, &v); err != nil {
+		return false, fmt.Errorf("get %s %s: %w", dev, o, err)
+	}
+	return v.data != 0, nil
+}
+
+func setOffload(dev string, o Offload, on bool) error {
+	v := ethtoolValue{cmd: offloadCmds[o][1]}
+	if on {
+		v.data = 1
+	}
+	if err := ethtoolIoctl(dev, &v); err != nil {
+		return fmt.Errorf("set %s %s: %w", dev, o, err)
+	}
+	return nil
+}
+
+// SetOffload sets an offload of dev in a namespace (file path, "" for the
+// caller's) and returns what it was, so the caller can restore it.
+func SetOffload(netnsPath, dev string, o Offload, on bool) (prev bool, err error) {
+	err = inNetns(netnsPath, func() error {
+		if prev, err = getOffload(dev, o); err != nil {
+			return err
+		}
+		if prev == on {
+			return nil
+		}
+		return setOffload(dev, o, on)
+	})
+	return prev, err
+}
+
+// PeerOffload is a setting the queue lane changed on a container's end of
+// a veth pair, restored by Disable.
+type PeerOffload struct {
+	Netns   string  `json:"netns"`
+	Dev     string  `json:"dev"`
+	Offload Offload `json:"offload"`
+	Prev    bool    `json:"prev"`
+}
+
+// netnsDirs are where named namespaces live (ip netns, Docker).
+var netnsDirs = []string{"/run/netns", "/var/run/docker/netns"}
+
+// peerNetns finds the namespace file of a veth's peer: the namespace whose
+// ID, as seen from the current namespace, is the link's IFLA_LINK_NETNSID.
+func peerNetns(nsid int) (string, error) {
+	for _, dir := range netnsDirs {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			h, err := netns.GetFromPath(p)
+			if err != nil {
+				continue
+			}
+			id, err := netlink.GetNetNsIdByFd(int(h))
+			h.Close()
+			if err == nil && id == nsid {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no namespace file for netns id %d in %v", nsid, netnsDirs)
+}
+
+// enablePeerNAPI turns GRO on at the container end of each endpoint's
+// veth: veth's ndo_xdp_xmit only queues into a peer whose NAPI is on, and
+// GRO (unlike an XDP program there) does not take TSO away from the host
+// side, so the low-priority flood keeps going through the bridge and the
+// backlog and never shares that ring. Called inside the host namespace.
+func enablePeerNAPI(eps []Endpoint) ([]PeerOffload, error) {
+	var done []PeerOffload
+	seen := map[string]bool{}
+	for _, ep := range eps {
+		l, err := netlink.LinkByIndex(ep.Ifindex)
+		if err != nil {
+			return done, fmt.Errorf("find endpoint %s: %w", ep.Dev, err)
+		}
+		if _, ok := l.(*netlink.Veth); !ok {
+			return done, fmt.Errorf("endpoint %s is not a veth: the queue lane needs one", ep.Dev)
+		}
+		a := l.Attrs()
+		peerNs := ""
+		if a.NetNsID >= 0 {
+			if peerNs, err = peerNetns(a.NetNsID); err != nil {
+				return done, fmt.Errorf("find peer of %s: %w", ep.Dev, err)
+			}
+		} else {
+			cur, err := netns.Get()
+			if err != nil {
+				return done, err
+			}
+			peerNs = fmt.Sprintf("/proc/self/fd/%d", int(cur)) // same namespace
+			defer cur.Close()
+		}
+		var peer string
+		err = inNetns(peerNs, func() error {
+			pl, err := netlink.LinkByIndex(a.ParentIndex)
+			if err != nil {
+				return fmt.Errorf("find peer %d of %s: %w", a.ParentIndex, ep.Dev, err)
+			}
+			peer = pl.Attrs().Name
+			return nil
+		})
+		if err != nil {
+			return done, err
+		}
+		if seen[peerNs+"/"+peer] {
+			continue
+		}
+		seen[peerNs+"/"+peer] = true
+		prev, err := SetOffload(peerNs, peer, OffloadGRO, true)
+		if err != nil {
+			return done, err
+		}
+		if !prev {
+			done = append(done, PeerOffload{Netns: peerNs, Dev: peer, Offload: OffloadGRO, Prev: prev})
+		}
+	}
+	return done, nil
+}
+
+func restorePeers(ps []PeerOffload) error {
+	var errs []error
+	for _, p := range ps {
+		if _, err := SetOffload(p.Netns, p.Dev, p.Offload, p.Prev); err != nil {
+			var nf netlink.LinkNotFoundError
+			if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) || errors.Is(err, os.ErrNotExist) {
+				continue // container gone
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// xdpProgName is the kernel's (truncated) name of lanes_xdp.
+const xdpProgName = "lanes_xdp"
+
+// ourXDP returns the ID of the lane's XDP program on a link, or 0.
+func ourXDP(l netlink.Link) ebpf.ProgramID {
+	x := l.Attrs().Xdp
+	if x == nil || !x.Attached || x.ProgId == 0 {
+		return 0
+	}
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(x.ProgId))
+	if err != nil {
+		return 0
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil || info.Name != xdpProgName {
+		return 0
+	}
+	return ebpf.ProgramID(x.ProgId)
+}
+
+// attachXDP attaches the lane's XDP program in driver mode. A device that
+// already has an XDP program that is not ours is refused.
+func attachXDP(dev string, prog *ebpf.Program) (Attachment, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("unknown device %q: %w", dev, err)
+	}
+	if x := l.Attrs().Xdp; x != nil && x.Attached && ourXDP(l) == 0 {
+		return Attachment{}, fmt.Errorf("%s already has an XDP program (id %d): refusing to replace it", dev, x.ProgId)
+	}
+	if err := netlink.LinkSetXdpFdWithFlags(l, prog.FD(), unix.XDP_FLAGS_DRV_MODE); err != nil {
+		return Attachment{}, fmt.Errorf("attach XDP (driver mode) to %s: %w", dev, err)
+	}
+	return Attachment{Device: dev, XDP: true}, nil
+}
+
+func detachXDP(a Attachment) error {
+	l, err := netlink.LinkByName(a.Device)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("find %s: %w", a.Device, err)
+	}
+	if ourXDP(l) == 0 {
+		return nil
+	}
+	if err := netlink.LinkSetXdpFdWithFlags(l, -1, unix.XDP_FLAGS_DRV_MODE); err != nil {
+		return fmt.Errorf("detach XDP from %s: %w", a.Device, err)
+	}
+	return nil
+}
+
+// writeDevMACs tells lanes_xdp each underlay's MAC (its PACKET_HOST test).
+func writeDevMACs(m *lanesMaps, devs []string) error {
+	for _, d := range devs {
+		l, err := netlink.LinkByName(d)
+		if err != nil {
+			return fmt.Errorf("unknown device %q: %w", d, err)
+		}
+		var v [8]byte
+		copy(v[:], l.Attrs().HardwareAddr)
+		if err := m.DevMacs.Put(uint32(l.Attrs().Index), v); err != nil {
+			return fmt.Errorf("write dev_macs: %w", err)
+		}
+	}
+	return nil
+}
