@@ -31,10 +31,12 @@ test: vet check-generate
 	$(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # The main job: build the testbed, compare idle vs busy latency over the
-# overlay and the host path, print the table, write the plot, tear down.
+# overlay and the host path, then vanilla vs priority lanes, print the
+# tables, write the plots, tear down.
 demo: setup build
 	mkdir -p $(OUT)
 	$(BIN) bench latency --prefix demo --json-out $(OUT)/latency.json --plot $(OUT)/latency-cdf.svg --plot $(OUT)/latency-cdf.png
+	$(BIN) bench compare --prefix demo --json-out $(OUT)/compare.json --plot $(OUT)/compare-cdf.svg --plot $(OUT)/compare-cdf.png
 
 bench: build
 	flock /tmp/rxlane-cpu.lock $(GO) test -run '^$$' -bench . -benchtime 2s -cpu 1 ./internal/...
