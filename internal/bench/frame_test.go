@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"testing"
 
 	"github.com/rxlane/rxlane/internal/testbed"
@@ -122,5 +123,19 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		if err == nil || len(err.Error()) < len(flag) || err.Error()[:len(flag)] != flag {
 			t.Errorf("%s: got %v", flag, err)
 		}
+	}
+}
+
+func TestEmptySpreadIsNullInJSON(t *testing.T) {
+	b, err := json.Marshal(struct{ S Spread }{spreadOf(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"S":{"median":null,"min":null,"max":null}}` {
+		t.Errorf("empty spread marshals as %s", b)
+	}
+	b, _ = json.Marshal(spreadOf([]float64{2}))
+	if string(b) != `{"median":2,"min":2,"max":2}` {
+		t.Errorf("spread marshals as %s", b)
 	}
 }

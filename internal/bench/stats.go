@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"math"
 	"sort"
 
@@ -42,6 +43,22 @@ type Spread struct {
 	Median float64 `json:"median"`
 	Min    float64 `json:"min"`
 	Max    float64 `json:"max"`
+}
+
+// MarshalJSON writes a statistic that has no samples (NaN) as null, which
+// encoding/json cannot do for a float.
+func (s Spread) MarshalJSON() ([]byte, error) {
+	f := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		Median *float64 `json:"median"`
+		Min    *float64 `json:"min"`
+		Max    *float64 `json:"max"`
+	}{f(s.Median), f(s.Min), f(s.Max)})
 }
 
 func spreadOf(vs []float64) Spread {
