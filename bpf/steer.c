@@ -1,0 +1,233 @@
+//go:build ignore
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* steer: FALCON's stage steering (seed 001, Algorithm 1) on a stock kernel.
+ *
+ * tc ingress on a stage's device. A device's tc ingress runs after its own
+ * RPS decision and before the next device's, so the program picks the CPU
+ * of the NEXT stage: it computes a stable flow hash from the inner IPv4
+ * 5-tuple (the veth txhash changes whenever the sender restarts), applies
+ * get_falcon_cpu (hash_32(flow hash + ifindex of the next stage's device)
+ * over the CPU set, second choice when the first is above the per-CPU
+ * threshold, the current CPU when the set's average load is above the
+ * global threshold) and writes with bpf_set_hash a hash that makes the next
+ * device's RPS (whose map is the CPU set) pick that CPU: RPS takes
+ * map[(hash * n) >> 32]. The written hash is never 0 (RPS skips 0).
+ *
+ * Fail-open: anything not understood leaves the packet and its hash alone
+ * (TC_ACT_UNSPEC), counted by reason. Go side: internal/steer. */
+
+#include "lanes_uapi.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "steer_structs.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+const struct steer_flow *unused_flow __attribute__((unused));
+const enum steer_reason *unused_reason __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct steer_cfg);
+} steer_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STEER_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, struct steer_cpu);
+} steer_cpus SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct steer_dev);
+} steer_devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct steer_ep_key);
+	__type(value, __u32);
+} steer_endpoints SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, STEER_MAX_FLOWS);
+	__type(key, struct steer_flow_key);
+	__type(value, struct steer_flow);
+} steer_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, S_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} steer_counters SEC(".maps");
+
+static __always_inline void count(__u32 reason)
+{
+	__u64 *c = bpf_map_lookup_elem(&steer_counters, &reason);
+	if (c)
+		*c += 1;
+}
+
+/* The kernel's hash_32(val, 32). Go: Hash32. */
+static __always_inline __u32 hash32(__u32 v)
+{
+	return v * 0x61C88647U;
+}
+
+struct tuple {
+	__u8 b[13]; /* saddr, daddr, sport, dport (network order), proto */
+};
+
+/* parse_ip4 reads the IPv4 header at off and its ports into t; *l4 is the
+ * offset of the L4 header. Fragments and non-TCP/UDP get ports 0. */
+static __always_inline bool parse_ip4(struct __sk_buff *skb, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
+{
+	__u8 ip[20];
+	if (bpf_skb_load_bytes(skb, off, ip, sizeof(ip)) < 0)
+		return false;
+	if ((ip[0] >> 4) != 4 || (ip[0] & 0xf) < 5)
+		return false;
+	__builtin_memcpy(&t->b[0], &ip[12], 8);
+	t->b[12] = ip[9];
+	*proto = ip[9];
+	*l4 = off + (ip[0] & 0xf) * 4;
+	t->b[8] = t->b[9] = t->b[10] = t->b[11] = 0;
+	bool frag = ((ip[6] & 0x3f) | ip[7]) != 0; /* MF or offset */
+	if (!frag && (ip[9] == IPPROTO_UDP || ip[9] == IPPROTO_TCP)) {
+		if (bpf_skb_load_bytes(skb, *l4, &t->b[8], 4) < 0)
+			return false;
+	}
+	return true;
+}
+
+/* flow_hash: FNV-1a over the inner 5-tuple, never 0. Go: FlowHash. */
+static __always_inline bool flow_hash(struct __sk_buff *skb, const struct steer_dev *dev, __u32 vxlan_port, __u32 *out, struct steer_ep_key *mac)
+{
+	__u8 eth[14];
+	struct tuple t = {};
+	__u32 l4 = 0;
+	__u8 proto = 0;
+
+	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0)
+		return false;
+	if (eth[12] != 0x08 || eth[13] != 0x00)
+		return false;
+	if (!parse_ip4(skb, 14, &t, &l4, &proto))
+		return false;
+	if (dev->encap) {
+		if (proto != IPPROTO_UDP)
+			return false;
+		__u16 dport = ((__u16)t.b[10] << 8) | t.b[11];
+		if (dport != vxlan_port)
+			return false;
+		__u32 in = l4 + 8 + 8; /* UDP, VXLAN */
+		if (bpf_skb_load_bytes(skb, in, eth, sizeof(eth)) < 0)
+			return false;
+		if (eth[12] != 0x08 || eth[13] != 0x00)
+			return false;
+		if (!parse_ip4(skb, in + 14, &t, &l4, &proto))
+			return false;
+	}
+	__builtin_memcpy(mac->mac, eth, 6);
+
+	__u32 h = 2166136261U;
+#pragma unroll
+	for (int i = 0; i < 13; i++) {
+		h ^= t.b[i];
+		h *= 16777619U;
+	}
+	*out = h ? h : 1;
+	return true;
+}
+
+/* rps_hash returns a non-zero hash for which RPS over n CPUs picks map
+ * position idx: the middle of [idx, idx+1) * 2^32 / n. Go: RPSHash. */
+static __always_inline __u32 rps_hash(__u32 idx, __u32 n)
+{
+	return (__u32)((((__u64)idx * 2 + 1) << 31) / n);
+}
+
+SEC("tc")
+int steer_ingress(struct __sk_buff *skb)
+{
+	__u32 zero = 0, ifindex = skb->ifindex;
+	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
+	struct steer_dev *dev = bpf_map_lookup_elem(&steer_devs, &ifindex);
+
+	if (!cfg || !dev || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS) {
+		count(S_NO_DEV);
+		return TC_ACT_UNSPEC;
+	}
+	__u32 n = cfg->n_cpus;
+	__u32 fh = 0;
+	struct steer_ep_key mac = {};
+	if (!flow_hash(skb, dev, cfg->vxlan_port, &fh, &mac)) {
+		count(S_NO_FLOW);
+		return TC_ACT_UNSPEC;
+	}
+	__u32 stage = dev->stage_id;
+	if (dev->flags & STEER_DEV_BY_MAC) {
+		__u32 *s = bpf_map_lookup_elem(&steer_endpoints, &mac);
+		if (s)
+			stage = *s;
+	}
+
+	/* get_falcon_cpu, Algorithm 1 lines 17-27. Go: Choose. */
+	__u32 h1 = hash32(fh + stage);
+	__u32 idx = h1 % n;
+	__u32 reason;
+	if (!(cfg->flags & STEER_F_ON)) {
+		/* lines 10-12: the original path, this stage's CPU */
+		__u32 cur = bpf_get_smp_processor_id();
+		reason = S_OFF;
+		for (__u32 i = 0; i < STEER_MAX_CPUS; i++) {
+			if (i >= n)
+				break;
+			struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &i);
+			if (c && c->cpu == cur) {
+				idx = i;
+				break;
+			}
+		}
+	} else if (!(cfg->flags & STEER_F_DYNAMIC)) {
+		reason = S_STATIC;
+	} else {
+		struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &idx);
+		if (c && c->load < cfg->threshold) {
+			reason = S_FIRST;
+		} else {
+			__u32 h2 = hash32(h1);
+			__u32 i2 = h2 % n;
+			if ((cfg->flags & STEER_F_EXCLUDE_FIRST) && i2 == idx && n > 1)
+				i2 = (idx + 1 + h2 % (n - 1)) % n;
+			idx = i2;
+			reason = S_SECOND;
+		}
+	}
+	__u32 wh = rps_hash(idx, n);
+	bpf_set_hash(skb, wh);
+	count(reason);
+
+	struct steer_flow_key fk = {.flow_hash = fh, .stage_id = stage};
+	struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &idx);
+	__u64 now = bpf_ktime_get_ns();
+	struct steer_flow *f = bpf_map_lookup_elem(&steer_flows, &fk);
+	if (f) {
+		__sync_fetch_and_add(&f->packets, 1);
+		f->last_ns = now;
+		f->cpu = c ? c->cpu : 0;
+		f->reason = reason;
+		f->rps_hash = wh;
+	} else {
+		struct steer_flow nf = {.packets = 1, .last_ns = now, .cpu = c ? c->cpu : 0, .reason = reason, .rps_hash = wh};
+		bpf_map_update_elem(&steer_flows, &fk, &nf, BPF_ANY);
+	}
+	return TC_ACT_UNSPEC;
+}

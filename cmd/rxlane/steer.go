@@ -1,0 +1,204 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/isolate"
+	"github.com/rxlane/rxlane/internal/steer"
+	"github.com/spf13/cobra"
+)
+
+func init() { extraCommands = append(extraCommands, newSteerCmd) }
+
+type steerFlags struct {
+	netns    string
+	stateDir string
+	json     bool
+}
+
+func (f *steerFlags) stateFile() (string, error) {
+	if f.netns == "" || strings.Contains(f.netns, "/") {
+		return "", usagef("--netns: want the name (in /run/netns) of the receiving host's namespace")
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", f.netns)); err != nil {
+		return "", usagef("--netns %q: %v", f.netns, err)
+	}
+	return filepath.Join(f.stateDir, f.netns+".json"), nil
+}
+
+func newSteerCmd() *cobra.Command {
+	f := &steerFlags{}
+	cmd := &cobra.Command{
+		Use:   "steer",
+		Short: "Stage steering: FALCON's per-stage CPU choice with tc + RPS on a stock kernel",
+		Long: `Stage steering picks, per packet, the CPU that runs the next stage of the
+receiving host's overlay path (FALCON, seed 001, Algorithm 1): hash_32(flow
+hash + ifindex) over a CPU set, a second choice when the first CPU is above
+the per-CPU threshold, and no steering while the set's average load is above
+the global threshold. A tc ingress program writes the hash that makes the
+next device's RPS (whose rps_cpus become the CPU set) pick that CPU.
+
+  rxlane steer enable --netns rxl-hostB --cpus 0-3 --follow
+  rxlane steer status --netns rxl-hostB
+  rxlane steer disable --netns rxl-hostB
+
+See docs/steer.md.`,
+	}
+	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "name of the receiving host's network namespace (in /run/netns)")
+	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "/run/rxlane/steer", "where what enable changed is journaled")
+	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.AddCommand(newSteerEnableCmd(f), newSteerDisableCmd(f), newSteerStatusCmd(f))
+	return cmd
+}
+
+func newSteerEnableCmd(f *steerFlags) *cobra.Command {
+	var (
+		cpus               string
+		o                  steer.Options
+		follow             bool
+		interval, duration time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "enable",
+		Short: "Set rps_cpus on the stages' devices and attach the steering program",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			state, err := f.stateFile()
+			if err != nil {
+				return err
+			}
+			set, err := isolate.ParseCPUList(cpus)
+			if err != nil {
+				return usagef("--cpus: %v", err)
+			}
+			if len(set) == 0 {
+				for c := range runtime.NumCPU() {
+					set = append(set, c)
+				}
+			}
+			if interval <= 0 {
+				return usagef("--interval must be positive")
+			}
+			o.Netns, o.CPUs, o.StateFile = f.netns, set, state
+			st, err := steer.Enable(o)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				if err := writeJSON(cmd.OutOrStdout(), st); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "steering on CPUs %v (static=%v)\n", st.CPUs, st.Static)
+				for _, s := range st.Stages {
+					fmt.Fprintf(cmd.OutOrStdout(), "  stage %-5s %s/%s (ifindex %d), chosen at %s ingress\n", s.Name, s.Netns, s.Device, s.Ifindex, s.Via)
+				}
+			}
+			if !follow {
+				return nil
+			}
+			// Load tracking (Algorithm 1): sample /proc/stat every interval,
+			// publish to the datapath, until interrupted or --duration.
+			fl := &steer.Follower{StateFile: state, Sampler: steer.Sampler{Alpha: 0.5}}
+			ctx := cmd.Context()
+			var deadline <-chan time.Time
+			if duration > 0 {
+				deadline = time.After(duration)
+			}
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				loads, on, err := fl.Step()
+				if err != nil {
+					return err
+				}
+				if loads != nil && !f.json {
+					fmt.Fprintf(cmd.OutOrStdout(), "avg %.2f on=%v flips=%d\n", steer.Average(loads, st.CPUs), on, fl.Switch.Flips)
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-deadline:
+					return nil
+				case <-tick.C:
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&cpus, "cpus", "", "the CPU set (kernel list format, default: all CPUs)")
+	cmd.Flags().Float64Var(&o.Threshold, "threshold", 0.85, "per-CPU load above which the second choice is taken")
+	cmd.Flags().Float64Var(&o.AvgThreshold, "avg-threshold", 0.85, "average load of the set above which steering is off (FALCON_LOAD_THRESHOLD)")
+	cmd.Flags().Float64Var(&o.Hysteresis, "hysteresis", 0.1, "steering turns back on below avg-threshold minus this")
+	cmd.Flags().BoolVar(&o.Static, "static", false, "hash choice only (no load, no second choice)")
+	cmd.Flags().StringSliceVar(&o.Stages, "stages", nil, "stage transitions to steer: vxlan, veth (default both)")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep running: sample per-CPU load and publish it to the datapath")
+	cmd.Flags().DurationVar(&interval, "interval", 200*time.Millisecond, "load sampling window with --follow")
+	cmd.Flags().DurationVar(&duration, "duration", 0, "stop following after this long (0: until interrupted)")
+	return cmd
+}
+
+func newSteerDisableCmd(f *steerFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "disable",
+		Short: "Detach the steering program and restore every rps_cpus (safe to repeat)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			state, err := f.stateFile()
+			if err != nil {
+				return err
+			}
+			return steer.Disable(state)
+		},
+	}
+}
+
+func newSteerStatusCmd(f *steerFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show per-flow stage CPUs, per-CPU load and choice counters",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			state, err := f.stateFile()
+			if err != nil {
+				return err
+			}
+			st, err := steer.ReadStatus(state)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), st)
+			}
+			return printSteerStatus(cmd.OutOrStdout(), st)
+		},
+	}
+}
+
+func printSteerStatus(w io.Writer, st steer.Status) error {
+	if !st.Enabled {
+		_, err := fmt.Fprintln(w, "steering is not enabled")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "on\t%v\tstatic\t%v\n", st.On, st.Static)
+	fmt.Fprintln(tw, "CPU\tLOAD")
+	for _, c := range st.CPUs {
+		fmt.Fprintf(tw, "%d\t%.1f%%\n", c.CPU, 100*c.Load)
+	}
+	fmt.Fprintln(tw, "COUNTER\tPACKETS")
+	for _, name := range []string{"first", "second", "off", "static", "no_flow", "no_dev"} {
+		fmt.Fprintf(tw, "%s\t%d\n", name, st.Counters[name])
+	}
+	fmt.Fprintln(tw, "FLOW\tSTAGE\tDEVICE\tCPU\tCHOICE\tPACKETS")
+	for _, fl := range st.Flows {
+		fmt.Fprintf(tw, "%08x\t%s\t%s\t%d\t%s\t%d\n", fl.FlowHash, fl.Stage, fl.Device, fl.CPU, fl.Choice, fl.Packets)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,522 @@
+package steer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The steering tc filter: clsact ingress, this priority (after the lanes'
+// 0xc0de), handle and name. Anything else is someone else's.
+const (
+	filterPrio   = 0xc0df
+	filterHandle = 1
+	filterName   = "rxlane_steer"
+)
+
+// ErrNotEnabled is returned when steering is not attached.
+var ErrNotEnabled = errors.New("steering is not enabled")
+
+// Options configure Enable.
+type Options struct {
+	// Netns is the name (/run/netns/NAME) of the receiving host's
+	// namespace: the one with the VXLAN device and its underlay.
+	Netns string
+	// CPUs is the FALCON CPU set; it becomes the rps_cpus of every
+	// steered stage's device.
+	CPUs []int
+	// Threshold is the per-CPU load above which the second choice is
+	// taken; AvgThreshold the set's average load above which steering is
+	// off (FALCON_LOAD_THRESHOLD); Hysteresis how far below AvgThreshold
+	// the average must fall to turn it back on.
+	Threshold, AvgThreshold, Hysteresis float64
+	// Static uses the first (hash) choice only.
+	Static bool
+	// Stages to steer: "vxlan" (S2, the VXLAN device's stage) and/or
+	// "veth" (S3, the container's device). Empty means both.
+	Stages []string
+	// StateFile journals what Enable changed.
+	StateFile string
+}
+
+// RPSChange is one rps_cpus file Enable wrote, with its previous content.
+type RPSChange struct {
+	Netns string `json:"netns"`
+	Dev   string `json:"dev"`
+	Queue string `json:"queue"`
+	Prev  string `json:"prev"`
+}
+
+// Attachment is one device the program is attached to.
+type Attachment struct {
+	Device        string `json:"device"`
+	CreatedClsact bool   `json:"created_clsact"`
+}
+
+// Stage is one steered stage transition.
+type Stage struct {
+	Name string `json:"name"` // "vxlan" or "veth"
+	// Netns and Device run the stage; Ifindex is the stage id hashed.
+	Netns   string `json:"netns"`
+	Device  string `json:"device"`
+	Ifindex int    `json:"ifindex"`
+	// Via is the device whose tc ingress picks this stage's CPU.
+	Via string `json:"via"`
+}
+
+// State is the steering state file.
+type State struct {
+	Netns        string       `json:"netns"`
+	CPUs         []int        `json:"cpus"`
+	Threshold    float64      `json:"threshold"`
+	AvgThreshold float64      `json:"avg_threshold"`
+	Hysteresis   float64      `json:"hysteresis"`
+	Static       bool         `json:"static"`
+	Stages       []Stage      `json:"stages"`
+	Attachments  []Attachment `json:"attachments"`
+	RPS          []RPSChange  `json:"rps"`
+}
+
+// CPUMask renders a CPU list as a sysfs cpumask ("f", "3", ...).
+func CPUMask(cpus []int) string {
+	var words []uint32
+	for _, c := range cpus {
+		for len(words) <= c/32 {
+			words = append(words, 0)
+		}
+		words[c/32] |= 1 << (c % 32)
+	}
+	if len(words) == 0 {
+		return "0"
+	}
+	var parts []string
+	for i := len(words) - 1; i >= 0; i-- {
+		if i == len(words)-1 {
+			parts = append(parts, strconv.FormatUint(uint64(words[i]), 16))
+		} else {
+			parts = append(parts, fmt.Sprintf("%08x", words[i]))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func (o *Options) validate() error {
+	if o.Netns == "" {
+		return errors.New("steer: a host namespace is needed (--netns)")
+	}
+	if len(o.CPUs) == 0 || len(o.CPUs) > MaxCPUs {
+		return fmt.Errorf("steer: want 1..%d CPUs, got %d", MaxCPUs, len(o.CPUs))
+	}
+	o.CPUs = slices.Clone(o.CPUs)
+	slices.Sort(o.CPUs)
+	if len(slices.Compact(slices.Clone(o.CPUs))) != len(o.CPUs) {
+		return fmt.Errorf("steer: CPU set %v has duplicates", o.CPUs)
+	}
+	for _, c := range o.CPUs {
+		if c < 0 {
+			return fmt.Errorf("steer: bad CPU %d", c)
+		}
+	}
+	if o.Threshold <= 0 || o.Threshold > 1 || o.AvgThreshold <= 0 || o.AvgThreshold > 1 {
+		return fmt.Errorf("steer: thresholds must be in (0, 1]")
+	}
+	if len(o.Stages) == 0 {
+		o.Stages = []string{"vxlan", "veth"}
+	}
+	for _, s := range o.Stages {
+		if s != "vxlan" && s != "veth" {
+			return fmt.Errorf("steer: unknown stage %q (want vxlan, veth)", s)
+		}
+	}
+	return nil
+}
+
+// peerNetnsName finds the /run/netns name of the namespace with the given
+// ID as seen from the calling thread's namespace.
+func peerNetnsName(nsid int) (string, error) {
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		h, err := netns.GetFromPath(filepath.Join("/run/netns", e.Name()))
+		if err != nil {
+			continue
+		}
+		id, err := netlink.GetNetNsIdByFd(int(h))
+		h.Close()
+		if err == nil && id == nsid {
+			return e.Name(), nil
+		}
+	}
+	return "", fmt.Errorf("no /run/netns name for netns id %d", nsid)
+}
+
+type endpoint struct {
+	mac     [6]byte
+	netns   string
+	dev     string
+	ifindex int
+}
+
+type discovered struct {
+	tunnel   datapath.Tunnel
+	vxIndex  int
+	endpoint []endpoint
+}
+
+// discover finds, in the host namespace, the VXLAN device, its underlay
+// and the container devices behind the bridge (no names assumed).
+func discover(hostNS string) (discovered, error) {
+	var d discovered
+	err := testbed.DoSysfsNamed(hostNS, func() error {
+		topo, err := datapath.Discover()
+		if err != nil {
+			return err
+		}
+		for _, tn := range topo.Tunnels {
+			if tn.Underlay != "" && !tn.Routed {
+				d.tunnel = tn
+				break
+			}
+		}
+		if d.tunnel.Name == "" {
+			return fmt.Errorf("steer: no bridged VXLAN device with an underlay in %s", hostNS)
+		}
+		d.vxIndex = d.tunnel.Ifindex
+		for _, ep := range topo.Endpoints {
+			if ep.VNI != d.tunnel.VNI {
+				continue
+			}
+			l, err := netlink.LinkByIndex(ep.Ifindex)
+			if err != nil {
+				return fmt.Errorf("find endpoint %s: %w", ep.Dev, err)
+			}
+			a := l.Attrs()
+			if _, ok := l.(*netlink.Veth); !ok || a.NetNsID < 0 {
+				continue
+			}
+			name, err := peerNetnsName(a.NetNsID)
+			if err != nil {
+				return err
+			}
+			e := endpoint{netns: name, ifindex: a.ParentIndex}
+			copy(e.mac[:], ep.MAC)
+			d.endpoint = append(d.endpoint, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	for i := range d.endpoint {
+		e := &d.endpoint[i]
+		if err := testbed.DoSysfsNamed(e.netns, func() error {
+			l, err := netlink.LinkByIndex(e.ifindex)
+			if err != nil {
+				return fmt.Errorf("find container device %d in %s: %w", e.ifindex, e.netns, err)
+			}
+			e.dev = l.Attrs().Name
+			return nil
+		}); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// setRPS writes mask to every rx queue of dev, journaling the old values.
+func setRPS(ns, dev, mask string, st *State) error {
+	return testbed.DoSysfsNamed(ns, func() error {
+		qs, err := filepath.Glob(filepath.Join("/sys/class/net", dev, "queues/rx-*/rps_cpus"))
+		if err != nil || len(qs) == 0 {
+			return fmt.Errorf("steer: %s/%s has no rps_cpus", ns, dev)
+		}
+		for _, q := range qs {
+			b, err := os.ReadFile(q)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", q, err)
+			}
+			st.RPS = append(st.RPS, RPSChange{Netns: ns, Dev: dev, Queue: filepath.Base(filepath.Dir(q)), Prev: strings.TrimSpace(string(b))})
+			if err := os.WriteFile(q, []byte(mask+"\n"), 0); err != nil {
+				return fmt.Errorf("write %s: %w", q, err)
+			}
+		}
+		return nil
+	})
+}
+
+func restoreRPS(cs []RPSChange) error {
+	var errs []error
+	for i := len(cs) - 1; i >= 0; i-- {
+		c := cs[i]
+		err := testbed.DoSysfsNamed(c.Netns, func() error {
+			p := filepath.Join("/sys/class/net", c.Dev, "queues", c.Queue, "rps_cpus")
+			err := os.WriteFile(p, []byte(c.Prev+"\n"), 0)
+			if errors.Is(err, os.ErrNotExist) {
+				return nil // device gone
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, testbed.ErrNotUp) {
+			errs = append(errs, fmt.Errorf("restore rps_cpus of %s/%s: %w", c.Netns, c.Dev, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func loadState(path string) (*State, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read steer state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("parse steer state %s: %w", path, err)
+	}
+	return &s, nil
+}
+
+func saveState(path string, s *State) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	b, _ := json.MarshalIndent(s, "", "  ")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write steer state: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func ourFilter(l netlink.Link) (*netlink.BpfFilter, error) {
+	fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list filters on %s: %w", l.Attrs().Name, err)
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Priority == filterPrio && strings.HasPrefix(bf.Name, filterName) {
+			return bf, nil
+		}
+	}
+	return nil, nil
+}
+
+func clsact(l netlink.Link) *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+}
+
+func attach(dev string, prog *ebpf.Program) (Attachment, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("unknown device %q: %w", dev, err)
+	}
+	a := Attachment{Device: dev}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return a, fmt.Errorf("list qdiscs on %s: %w", dev, err)
+	}
+	if !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
+		if err := netlink.QdiscAdd(clsact(l)); err != nil {
+			return a, fmt.Errorf("add clsact on %s: %w", dev, err)
+		}
+		a.CreatedClsact = true
+	}
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
+			Handle: filterHandle, Priority: filterPrio, Protocol: unix.ETH_P_ALL},
+		Fd: prog.FD(), Name: filterName, DirectAction: true,
+	}
+	if err := netlink.FilterAdd(f); err != nil {
+		return a, fmt.Errorf("attach to %s ingress: %w", dev, err)
+	}
+	return a, nil
+}
+
+func detach(a Attachment) error {
+	l, err := netlink.LinkByName(a.Device)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("find %s: %w", a.Device, err)
+	}
+	f, err := ourFilter(l)
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("detach from %s: %w", a.Device, err)
+		}
+	}
+	if !a.CreatedClsact {
+		return nil
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		if fs, err := netlink.FilterList(l, parent); err == nil && len(fs) > 0 {
+			return nil
+		}
+	}
+	if err := netlink.QdiscDel(clsact(l)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("remove clsact from %s: %w", a.Device, err)
+	}
+	return nil
+}
+
+// Enable discovers the stages in o.Netns, sets their rps_cpus to the CPU
+// set, loads bpf/steer.c and attaches it where each steered stage's CPU is
+// decided. Everything it changes is journaled in o.StateFile first; on
+// failure it undoes what it did.
+func Enable(o Options) (st *State, err error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if old, err := loadState(o.StateFile); err != nil {
+		return nil, err
+	} else if old != nil {
+		return nil, fmt.Errorf("steer: already enabled (state %s): disable first", o.StateFile)
+	}
+	d, err := discover(o.Netns)
+	if err != nil {
+		return nil, err
+	}
+	st = &State{Netns: o.Netns, CPUs: o.CPUs, Threshold: o.Threshold, AvgThreshold: o.AvgThreshold,
+		Hysteresis: o.Hysteresis, Static: o.Static}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, disable(st))
+			os.Remove(o.StateFile)
+		}
+	}()
+	var objs steerObjects
+	if err := loadSteerObjects(&objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return st, fmt.Errorf("load steer program: %+v", ve)
+		}
+		return st, fmt.Errorf("load steer program: %w", err)
+	}
+	defer objs.Close()
+	flags := uint32(flagOn | flagExcludeFirst)
+	if !o.Static {
+		flags |= flagDynamic
+	}
+	if err := objs.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
+		Flags: flags, VxlanPort: uint32(d.tunnel.Port)}); err != nil {
+		return st, fmt.Errorf("write steer config: %w", err)
+	}
+	for i, c := range o.CPUs {
+		if err := objs.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c)}); err != nil {
+			return st, fmt.Errorf("write steer cpus: %w", err)
+		}
+	}
+	mask := CPUMask(o.CPUs)
+	want := func(s string) bool { return slices.Contains(o.Stages, s) }
+	type att struct {
+		dev string
+		cfg steerDev
+	}
+	var atts []att
+	if want("vxlan") {
+		st.Stages = append(st.Stages, Stage{Name: "vxlan", Netns: o.Netns, Device: d.tunnel.Name, Ifindex: d.vxIndex, Via: d.tunnel.Underlay})
+		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1}})
+	}
+	if want("veth") && len(d.endpoint) > 0 {
+		for _, e := range d.endpoint {
+			st.Stages = append(st.Stages, Stage{Name: "veth", Netns: e.netns, Device: e.dev, Ifindex: e.ifindex, Via: d.tunnel.Name})
+			if err := objs.SteerEndpoints.Put(endpointKey{MAC: e.mac}, uint32(e.ifindex)); err != nil {
+				return st, fmt.Errorf("write steer endpoints: %w", err)
+			}
+		}
+		atts = append(atts, att{d.tunnel.Name, steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}})
+	}
+	if len(st.Stages) == 0 {
+		return st, errors.New("steer: no stage to steer found")
+	}
+	// Journal before touching the kernel.
+	if err := saveState(o.StateFile, st); err != nil {
+		return st, err
+	}
+	for _, s := range st.Stages {
+		if err := setRPS(s.Netns, s.Device, mask, st); err != nil {
+			return st, err
+		}
+		if err := saveState(o.StateFile, st); err != nil {
+			return st, err
+		}
+	}
+	err = testbed.DoSysfsNamed(o.Netns, func() error {
+		for _, a := range atts {
+			l, err := netlink.LinkByName(a.dev)
+			if err != nil {
+				return fmt.Errorf("find %s: %w", a.dev, err)
+			}
+			if err := objs.SteerDevs.Put(uint32(l.Attrs().Index), a.cfg); err != nil {
+				return fmt.Errorf("write steer devices: %w", err)
+			}
+			at, err := attach(a.dev, objs.SteerIngress)
+			if at.Device != "" {
+				st.Attachments = append(st.Attachments, at)
+				if serr := saveState(o.StateFile, st); serr != nil {
+					return errors.Join(err, serr)
+				}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return st, err
+}
+
+func disable(st *State) error {
+	var errs []error
+	if len(st.Attachments) > 0 {
+		err := testbed.DoSysfsNamed(st.Netns, func() error {
+			var es []error
+			for _, a := range st.Attachments {
+				es = append(es, detach(a))
+			}
+			return errors.Join(es...)
+		})
+		if err != nil && !errors.Is(err, testbed.ErrNotUp) {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, restoreRPS(st.RPS))
+	return errors.Join(errs...)
+}
+
+// Disable detaches the program, restores every rps_cpus Enable changed and
+// removes the state file. It can be repeated.
+func Disable(stateFile string) error {
+	st, err := loadState(stateFile)
+	if err != nil || st == nil {
+		return err
+	}
+	if err := disable(st); err != nil {
+		return err
+	}
+	if err := os.Remove(stateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package steer
+
+import "net/netip"
+
+// Hash32 is the kernel's hash_32(v, 32): multiply by GOLDEN_RATIO_32. It is
+// the hash of Algorithm 1 (and of internal/sim's falcon policy).
+func Hash32(v uint32) uint32 { return v * 0x61C88647 }
+
+// FlowHash is the stable flow hash bpf/steer.c derives from the inner IPv4
+// 5-tuple (FNV-1a over saddr, daddr, sport, dport in network order and the
+// protocol), never 0. Unlike the veth txhash it survives sender restarts.
+func FlowHash(src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
+	s, d := src.As4(), dst.As4()
+	b := []byte{s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3],
+		byte(sport >> 8), byte(sport), byte(dport >> 8), byte(dport), proto}
+	h := uint32(2166136261)
+	for _, c := range b {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	if h == 0 {
+		return 1
+	}
+	return h
+}
+
+// Reason is why a packet's next stage went where it went. Go twin of enum
+// steer_reason.
+type Reason uint32
+
+const (
+	ReasonFirst  Reason = iota // first choice, below the per-CPU threshold
+	ReasonSecond               // first choice above the threshold
+	ReasonOff                  // average load above threshold: current CPU
+	ReasonStatic               // static mode: first choice always
+	ReasonNoFlow               // not IPv4 TCP/UDP: hash left alone
+	ReasonNoDev                // device or configuration unknown
+	numReasons
+)
+
+var reasonNames = [...]string{"first", "second", "off", "static", "no_flow", "no_dev"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// ChoiceInput is what get_falcon_cpu (Algorithm 1, lines 17-27) looks at.
+type ChoiceInput struct {
+	FlowHash uint32    // the flow's hash (skb.hash in the paper)
+	Stage    uint32    // ifindex of the next stage's device
+	CPUs     []int     // the FALCON CPU set, ascending (the RPS map)
+	Loads    []float64 // per position of CPUs, 0..1
+	// Threshold is the per-CPU load above which the second choice is
+	// taken (FALCON_LOAD_THRESHOLD).
+	Threshold float64
+	// On is false when the set's average load is above the global
+	// threshold: the stage stays on CurrentCPU (lines 10-12).
+	On         bool
+	CurrentCPU int
+	// Static takes the first choice always (hash only).
+	Static bool
+	// ExcludeFirst makes the second choice differ from the first (on 2
+	// CPUs the paper's plain rehash lands on the same CPU half the time).
+	// The simulator's falcon policy is literal: ExcludeFirst false.
+	ExcludeFirst bool
+}
+
+// Choose returns the position in CPUs of the CPU that runs the next stage,
+// and why. It is the rule bpf/steer.c runs per packet.
+func Choose(in ChoiceInput) (int, Reason) {
+	n := uint32(len(in.CPUs))
+	h1 := Hash32(in.FlowHash + in.Stage)
+	idx := h1 % n
+	switch {
+	case !in.On:
+		for i, c := range in.CPUs {
+			if c == in.CurrentCPU {
+				return i, ReasonOff
+			}
+		}
+		return int(idx), ReasonOff
+	case in.Static:
+		return int(idx), ReasonStatic
+	case in.Loads[idx] < in.Threshold:
+		return int(idx), ReasonFirst
+	}
+	h2 := Hash32(h1)
+	i2 := h2 % n
+	if in.ExcludeFirst && i2 == idx && n > 1 {
+		i2 = (idx + 1 + h2%(n-1)) % n
+	}
+	return int(i2), ReasonSecond
+}
+
+// RPSHash returns the non-zero hash that makes RPS, with n CPUs in its map,
+// pick map position idx: the kernel takes map[(hash * n) >> 32].
+func RPSHash(idx, n int) uint32 {
+	return uint32((uint64(idx)*2 + 1) << 31 / uint64(n))
+}
+
+// RPSIndex is the kernel's reciprocal_scale(hash, n): the map position RPS
+// picks for hash (get_rps_cpu).
+func RPSIndex(hash uint32, n int) int { return int(uint64(hash) * uint64(n) >> 32) }

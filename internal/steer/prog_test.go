@@ -1,0 +1,260 @@
+package steer
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"os"
+	"reflect"
+	"runtime"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
+)
+
+func TestLayoutMatchesC(t *testing.T) {
+	spec, err := loadSteer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c   string
+		go_ any
+	}{
+		{"steer_cfg", steerConfig{}},
+		{"steer_cpu", steerCPU{}},
+		{"steer_dev", steerDev{}},
+		{"steer_ep_key", endpointKey{}},
+		{"steer_flow_key", flowKey{}},
+		{"steer_flow", flowEntry{}},
+	} {
+		var s *btf.Struct
+		if err := spec.Types.TypeByName(tc.c, &s); err != nil {
+			t.Fatalf("find struct %s in BTF: %v", tc.c, err)
+		}
+		gt := reflect.TypeOf(tc.go_)
+		if uintptr(s.Size) != gt.Size() || len(s.Members) != gt.NumField() {
+			t.Fatalf("struct %s: %d bytes %d fields, Go %s: %d bytes %d fields", tc.c, s.Size, len(s.Members), gt.Name(), gt.Size(), gt.NumField())
+		}
+		for i, m := range s.Members {
+			f := gt.Field(i)
+			size, _ := btf.Sizeof(m.Type)
+			if uintptr(m.Offset.Bytes()) != f.Offset || uintptr(size) != f.Type.Size() {
+				t.Errorf("%s.%s at %d (%d bytes), Go %s.%s at %d (%d bytes)", tc.c, m.Name, m.Offset.Bytes(), size, gt.Name(), f.Name, f.Offset, f.Type.Size())
+			}
+		}
+	}
+	var e *btf.Enum
+	if err := spec.Types.TypeByName("steer_reason", &e); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range e.Values {
+		if v.Name == "S_MAX" {
+			if v.Value != uint64(numReasons) {
+				t.Errorf("S_MAX = %d, Go numReasons = %d", v.Value, numReasons)
+			}
+			continue
+		}
+		if int(v.Value) >= len(reasonNames) {
+			t.Errorf("enum %s = %d has no Go name", v.Name, v.Value)
+		}
+	}
+}
+
+func requireBPF(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: loading BPF programs needs root")
+	}
+}
+
+// Frame builders.
+func csum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+func eth(dst []byte, proto uint16, payload []byte) []byte {
+	b := append(append([]byte{}, dst...), 2, 0, 0, 0, 0, 9)
+	b = binary.BigEndian.AppendUint16(b, proto)
+	return append(b, payload...)
+}
+
+func ip4(src, dst string, proto uint8, frag uint16, payload []byte) []byte {
+	h := make([]byte, 20)
+	h[0] = 0x45
+	binary.BigEndian.PutUint16(h[2:], uint16(20+len(payload)))
+	binary.BigEndian.PutUint16(h[6:], frag)
+	h[8], h[9] = 64, proto
+	s, d := netip.MustParseAddr(src).As4(), netip.MustParseAddr(dst).As4()
+	copy(h[12:], s[:])
+	copy(h[16:], d[:])
+	binary.BigEndian.PutUint16(h[10:], csum(h))
+	return append(h, payload...)
+}
+
+func l4(sport, dport uint16, n int) []byte {
+	b := binary.BigEndian.AppendUint16(nil, sport)
+	b = binary.BigEndian.AppendUint16(b, dport)
+	b = binary.BigEndian.AppendUint16(b, uint16(8+n))
+	b = append(b, 0, 0)
+	return append(b, make([]byte, n)...)
+}
+
+var ctrMAC = []byte{2, 0x72, 0x78, 0, 0, 2}
+
+func inner(sport uint16, proto uint8) []byte {
+	return eth(ctrMAC, 0x0800, ip4("198.19.0.1", "198.19.0.2", proto, 0, l4(sport, 7000, 32)))
+}
+
+func TestProgramWritesRPSHash(t *testing.T) {
+	requireBPF(t)
+	var o steerObjects
+	if err := loadSteerObjects(&o, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	cpus := []int{0, 1, 2, 3}
+	const wireIdx, vxIdx, ctIdx = 1, 5, 9 // test run's device is lo (1)
+	loads := []float64{0, 0, 0, 0}
+	setup := func(flags uint32, encapDev bool) {
+		t.Helper()
+		if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 4, Threshold: 850, Flags: flags, VxlanPort: 4789}); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cpus {
+			if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c), Load: permille(loads[i])}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := steerDev{StageID: vxIdx}
+		if encapDev {
+			d.Encap = 1
+		} else {
+			d.StageID, d.Flags = 77, devByMAC
+		}
+		if err := o.SteerDevs.Put(uint32(wireIdx), d); err != nil {
+			t.Fatal(err)
+		}
+		var k endpointKey
+		copy(k.MAC[:], ctrMAC)
+		if err := o.SteerEndpoints.Put(k, uint32(ctIdx)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(frame []byte) {
+		t.Helper()
+		ret, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: frame})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int32(ret) != -1 {
+			t.Fatalf("verdict %d, want TC_ACT_UNSPEC", int32(ret))
+		}
+	}
+	flow := func(sport uint16, stage uint32) flowEntry {
+		t.Helper()
+		h := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
+		var f flowEntry
+		if err := o.SteerFlows.Lookup(flowKey{FlowHash: h, StageID: stage}, &f); err != nil {
+			t.Fatalf("flow %d stage %d not recorded: %v", sport, stage, err)
+		}
+		return f
+	}
+	check := func(name string, sport uint16, stage uint32, in ChoiceInput) {
+		t.Helper()
+		f := flow(sport, stage)
+		in.FlowHash = FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
+		in.Stage, in.CPUs, in.Loads, in.Threshold = stage, cpus, loads, 0.85
+		idx, r := Choose(in)
+		if f.RPSHash == 0 || RPSIndex(f.RPSHash, len(cpus)) != idx || f.CPU != uint32(cpus[idx]) || Reason(f.Reason) != r {
+			t.Fatalf("%s: kernel wrote hash %#x (RPS position %d, cpu %d, %v), Go chose position %d (%v)",
+				name, f.RPSHash, RPSIndex(f.RPSHash, len(cpus)), f.CPU, Reason(f.Reason), idx, r)
+		}
+	}
+
+	// Encapsulated at the wire: choose the vxlan device's CPU from the
+	// inner 5-tuple.
+	setup(flagOn|flagDynamic|flagExcludeFirst, true)
+	vxFrame := func(sport uint16) []byte {
+		in := inner(sport, 17)
+		udp := l4(40000+sport, 4789, 8+len(in))[:8]
+		return eth([]byte{2, 0x72, 0x78, 0xff, 0, 2}, 0x0800,
+			ip4("198.18.0.1", "198.18.0.2", 17, 0, append(append(udp, 0x08, 0, 0, 0, 0, 0, 42, 0), in...)))
+	}
+	for sport := uint16(5000); sport < 5040; sport++ {
+		run(vxFrame(sport))
+		check("first", sport, vxIdx, ChoiceInput{On: true, ExcludeFirst: true})
+	}
+	// The outer source port (the sender's txhash) does not matter.
+	a := vxFrame(5000)
+	a[14+20+1] ^= 0x55
+	run(a)
+	check("outer sport changed", 5000, vxIdx, ChoiceInput{On: true, ExcludeFirst: true})
+
+	// Busy first choices: second choice, never the first.
+	for i := range loads {
+		loads[i] = 0.9
+	}
+	setup(flagOn|flagDynamic|flagExcludeFirst, true)
+	for sport := uint16(5000); sport < 5040; sport++ {
+		run(vxFrame(sport))
+		check("second", sport, vxIdx, ChoiceInput{On: true, ExcludeFirst: true})
+	}
+	// Static mode ignores load.
+	setup(flagOn, true)
+	run(vxFrame(5001))
+	check("static", 5001, vxIdx, ChoiceInput{On: true, Static: true})
+
+	// Off: the current CPU's position.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set unix.CPUSet
+	set.Set(0)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	setup(flagDynamic, true)
+	run(vxFrame(5002))
+	check("off", 5002, vxIdx, ChoiceInput{On: false, CurrentCPU: 0})
+
+	// Decapsulated (vxlan device's ingress): the next stage is the
+	// container device found by inner destination MAC.
+	for i := range loads {
+		loads[i] = 0
+	}
+	setup(flagOn|flagDynamic|flagExcludeFirst, false)
+	run(inner(6000, 17))
+	check("by mac", 6000, ctIdx, ChoiceInput{On: true})
+
+	// Not understood: counted, hash untouched.
+	before := counters(t, o.SteerCounters)
+	run(eth(ctrMAC, 0x0806, make([]byte, 28)))
+	run(eth(ctrMAC, 0x0800, append([]byte{0x60}, make([]byte, 39)...))) // IPv6 version in an IPv4 frame
+	after := counters(t, o.SteerCounters)
+	if after[ReasonNoFlow]-before[ReasonNoFlow] != 2 {
+		t.Fatalf("no_flow counter moved by %d, want 2", after[ReasonNoFlow]-before[ReasonNoFlow])
+	}
+}
+
+func counters(t *testing.T, m *ebpf.Map) [numReasons]uint64 {
+	t.Helper()
+	var out [numReasons]uint64
+	for r := range numReasons {
+		var v []uint64
+		if err := m.Lookup(uint32(r), &v); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range v {
+			out[r] += x
+		}
+	}
+	return out
+}

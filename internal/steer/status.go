@@ -1,0 +1,222 @@
+package steer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/vishvananda/netlink"
+)
+
+// openMaps finds the maps of the attached program through its tc filter.
+func openMaps(st *State) (*steerMaps, error) {
+	var m *steerMaps
+	err := testbed.DoSysfsNamed(st.Netns, func() error {
+		for _, a := range st.Attachments {
+			l, err := netlink.LinkByName(a.Device)
+			if err != nil {
+				continue
+			}
+			f, err := ourFilter(l)
+			if err != nil || f == nil {
+				continue
+			}
+			prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
+			if err != nil {
+				return fmt.Errorf("open attached program %d: %w", f.Id, err)
+			}
+			defer prog.Close()
+			info, err := prog.Info()
+			if err != nil {
+				return fmt.Errorf("program info: %w", err)
+			}
+			ids, _ := info.MapIDs()
+			var o steerMaps
+			for _, id := range ids {
+				mp, err := ebpf.NewMapFromID(id)
+				if err != nil {
+					return fmt.Errorf("open map %d: %w", id, err)
+				}
+				mi, _ := mp.Info()
+				switch mi.Name {
+				case "steer_config":
+					o.SteerConfig = mp
+				case "steer_cpus":
+					o.SteerCpus = mp
+				case "steer_devs":
+					o.SteerDevs = mp
+				case "steer_endpoints":
+					o.SteerEndpoints = mp
+				case "steer_flows":
+					o.SteerFlows = mp
+				case "steer_counters":
+					o.SteerCounters = mp
+				default:
+					mp.Close()
+				}
+			}
+			if o.SteerConfig == nil || o.SteerCpus == nil || o.SteerFlows == nil || o.SteerCounters == nil {
+				o.Close()
+				return errors.New("attached program is not rxlane's steer program")
+			}
+			m = &o
+			return nil
+		}
+		return ErrNotEnabled
+	})
+	return m, err
+}
+
+// Loads publishes per-CPU loads (by CPU number, 0..1) and the global
+// on/off to the attached program.
+func Loads(stateFile string, loads map[int]float64, on bool) error {
+	st, err := loadState(stateFile)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotEnabled
+	}
+	m, err := openMaps(st)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return publish(m, st, loads, on)
+}
+
+func publish(m *steerMaps, st *State, loads map[int]float64, on bool) error {
+	for i, c := range st.CPUs {
+		if err := m.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c), Load: permille(loads[c])}); err != nil {
+			return fmt.Errorf("write steer cpus: %w", err)
+		}
+	}
+	var cfg steerConfig
+	if err := m.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("read steer config: %w", err)
+	}
+	if on {
+		cfg.Flags |= flagOn
+	} else {
+		cfg.Flags &^= flagOn
+	}
+	return m.SteerConfig.Put(uint32(0), cfg)
+}
+
+// Follower runs Algorithm 1's load tracking: sample, smooth, publish.
+type Follower struct {
+	StateFile string
+	Sampler   Sampler
+	Switch    Switch
+}
+
+// Step takes one sample and publishes it; the first call only sets the
+// sampler's baseline. It returns the loads and whether steering is on.
+func (f *Follower) Step() (map[int]float64, bool, error) {
+	st, err := loadState(f.StateFile)
+	if err != nil {
+		return nil, false, err
+	}
+	if st == nil {
+		return nil, false, ErrNotEnabled
+	}
+	if f.Switch.Threshold == 0 {
+		f.Switch.Threshold, f.Switch.Hysteresis = st.AvgThreshold, st.Hysteresis
+	}
+	loads, err := f.Sampler.Sample()
+	if err != nil || loads == nil {
+		return nil, f.Switch.On(), err
+	}
+	on := f.Switch.Update(Average(loads, st.CPUs))
+	return loads, on, Loads(f.StateFile, loads, on)
+}
+
+// FlowStage is one (flow, stage) of the status.
+type FlowStage struct {
+	FlowHash uint32 `json:"flow_hash"`
+	Stage    string `json:"stage"`
+	Device   string `json:"device"`
+	CPU      int    `json:"cpu"`
+	Choice   string `json:"choice"`
+	Packets  uint64 `json:"packets"`
+	RPSHash  uint32 `json:"rps_hash"`
+}
+
+// CPULoad is one CPU of the set as the datapath sees it.
+type CPULoad struct {
+	CPU  int     `json:"cpu"`
+	Load float64 `json:"load"`
+}
+
+// Status is what `rxlane steer status` prints.
+type Status struct {
+	Enabled  bool              `json:"enabled"`
+	On       bool              `json:"on"`
+	Static   bool              `json:"static"`
+	State    *State            `json:"state,omitempty"`
+	CPUs     []CPULoad         `json:"cpus"`
+	Counters map[string]uint64 `json:"counters"`
+	Flows    []FlowStage       `json:"flows"`
+}
+
+// ReadStatus reads the state file and the attached program's maps.
+func ReadStatus(stateFile string) (Status, error) {
+	s := Status{CPUs: []CPULoad{}, Counters: map[string]uint64{}, Flows: []FlowStage{}}
+	st, err := loadState(stateFile)
+	if err != nil || st == nil {
+		return s, err
+	}
+	s.Enabled, s.State, s.Static = true, st, st.Static
+	m, err := openMaps(st)
+	if err != nil {
+		return s, err
+	}
+	defer m.Close()
+	var cfg steerConfig
+	if err := m.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+		return s, fmt.Errorf("read steer config: %w", err)
+	}
+	s.On = cfg.Flags&flagOn != 0
+	for i := range st.CPUs {
+		var c steerCPU
+		if err := m.SteerCpus.Lookup(uint32(i), &c); err != nil {
+			return s, fmt.Errorf("read steer cpus: %w", err)
+		}
+		s.CPUs = append(s.CPUs, CPULoad{CPU: int(c.CPU), Load: float64(c.Load) / 1000})
+	}
+	for r := range numReasons {
+		var v []uint64
+		if err := m.SteerCounters.Lookup(uint32(r), &v); err != nil {
+			return s, fmt.Errorf("read steer counters: %w", err)
+		}
+		var sum uint64
+		for _, x := range v {
+			sum += x
+		}
+		s.Counters[r.String()] = sum
+	}
+	stage := map[uint32]Stage{}
+	for _, sg := range st.Stages {
+		stage[uint32(sg.Ifindex)] = sg
+	}
+	var k flowKey
+	var f flowEntry
+	it := m.SteerFlows.Iterate()
+	for it.Next(&k, &f) {
+		sg := stage[k.StageID]
+		s.Flows = append(s.Flows, FlowStage{FlowHash: k.FlowHash, Stage: sg.Name, Device: sg.Device, CPU: int(f.CPU),
+			Choice: Reason(f.Reason).String(), Packets: f.Packets, RPSHash: f.RPSHash})
+	}
+	if err := it.Err(); err != nil {
+		return s, fmt.Errorf("read steer flows: %w", err)
+	}
+	slices.SortFunc(s.Flows, func(a, b FlowStage) int {
+		if a.FlowHash != b.FlowHash {
+			return int(int64(a.FlowHash) - int64(b.FlowHash))
+		}
+		return int(int64(b.Packets) - int64(a.Packets))
+	})
+	return s, nil
+}
