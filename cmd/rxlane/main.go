@@ -40,6 +40,7 @@ Verb groups:
             softirqs per packet, per-stage delay)
   sim       discrete-event simulation of the NAPI/softirq receive path
   lanes     priority lanes for high-priority flows (PRISM-sync with eBPF)
+  steer     pipeline a flow's stages across CPUs (FALCON with RPS and eBPF)
   isolate   reserve CPUs for the receive stack (ANP): plan, apply, revert
 
 Most verbs need root (network namespaces, BPF).`,
