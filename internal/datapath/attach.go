@@ -9,22 +9,17 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
 // The lane's tc filter: clsact ingress, this priority and handle, this
 // name. Anything else on the device is someone else's and left alone.
-const (
-	filterPrio   = 0xc0de
-	filterHandle = 1
-	filterName   = "rxlane_lanes"
-)
+var laneFilter = tcattach.Filter{Name: "rxlane_lanes", Prio: 0xc0de, Handle: 1}
 
 // Options say where the lane lives.
 type Options struct {
@@ -134,40 +129,6 @@ func saveState(path string, s *State) error {
 	return os.Rename(tmp, path)
 }
 
-// ourFilter finds the lane's filter on a device.
-func ourFilter(l netlink.Link) (*netlink.BpfFilter, error) {
-	fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
-	if err != nil {
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil, nil // no clsact
-		}
-		return nil, fmt.Errorf("list filters on %s: %w", l.Attrs().Name, err)
-	}
-	for _, f := range fs {
-		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Priority == filterPrio && strings.HasPrefix(bf.Name, filterName) {
-			return bf, nil
-		}
-	}
-	return nil, nil
-}
-
-func hasClsact(l netlink.Link) (bool, error) {
-	qs, err := netlink.QdiscList(l)
-	if err != nil {
-		return false, fmt.Errorf("list qdiscs on %s: %w", l.Attrs().Name, err)
-	}
-	for _, q := range qs {
-		if q.Type() == "clsact" {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-func clsact(l netlink.Link) *netlink.GenericQdisc {
-	return &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
-}
-
 // openAttached returns the maps of the program attached to the first
 // device that has it.
 func openAttached(devs []string) (*lanesMaps, *ebpf.Program, error) {
@@ -177,7 +138,7 @@ func openAttached(devs []string) (*lanesMaps, *ebpf.Program, error) {
 			continue
 		}
 		var id ebpf.ProgramID
-		if f, err := ourFilter(l); err == nil && f != nil {
+		if f, err := laneFilter.Find(l); err == nil && f != nil {
 			id = ebpf.ProgramID(f.Id)
 		} else if id = ourXDP(l); id == 0 {
 			continue
@@ -355,66 +316,19 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 	return topo, err
 }
 
+// attach attaches the sync lane to dev's tc ingress.
 func attach(dev string, prog *ebpf.Program) (Attachment, error) {
-	l, err := netlink.LinkByName(dev)
-	if err != nil {
-		return Attachment{}, fmt.Errorf("unknown device %q: %w", dev, err)
-	}
-	a := Attachment{Device: dev}
-	ok, err := hasClsact(l)
-	if err != nil {
+	created, err := laneFilter.Attach(dev, prog)
+	if err != nil && !created {
 		return Attachment{}, err
 	}
-	if !ok {
-		if err := netlink.QdiscAdd(clsact(l)); err != nil {
-			return Attachment{}, fmt.Errorf("add clsact on %s: %w", dev, err)
-		}
-		a.CreatedClsact = true
-	}
-	f := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
-			Handle: filterHandle, Priority: filterPrio, Protocol: unix.ETH_P_ALL},
-		Fd: prog.FD(), Name: filterName, DirectAction: true,
-	}
-	if err := netlink.FilterAdd(f); err != nil {
-		return a, fmt.Errorf("attach to %s ingress: %w", dev, err)
-	}
-	return a, nil
+	return Attachment{Device: dev, CreatedClsact: created}, err
 }
 
-// detach removes the lane's filter and, if the lane added it and nothing
-// else uses it, the clsact qdisc. A device that is gone is not an error.
-func detach(a Attachment) error {
-	l, err := netlink.LinkByName(a.Device)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
-		}
-		return fmt.Errorf("find %s: %w", a.Device, err)
-	}
-	f, err := ourFilter(l)
-	if err != nil {
-		return err
-	}
-	if f != nil {
-		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("detach from %s: %w", a.Device, err)
-		}
-	}
-	if !a.CreatedClsact {
-		return nil
-	}
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		if fs, err := netlink.FilterList(l, parent); err == nil && len(fs) > 0 {
-			return nil // someone else's filters: keep the qdisc
-		}
-	}
-	if err := netlink.QdiscDel(clsact(l)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("remove clsact from %s: %w", a.Device, err)
-	}
-	return nil
-}
+// detach removes the sync lane's filter (and the clsact qdisc if the lane
+// added it and nothing else uses it). A device that is gone is not an
+// error.
+func detach(a Attachment) error { return laneFilter.Detach(a.Device, a.CreatedClsact) }
 
 // Disable detaches everything Enable attached and removes the state file.
 // It can be repeated.

@@ -12,19 +12,15 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
 // The steering tc filter: clsact ingress, this priority (after the lanes'
 // 0xc0de), handle and name. Anything else is someone else's.
-const (
-	filterPrio   = 0xc0df
-	filterHandle = 1
-	filterName   = "rxlane_steer"
-)
+var steerFilter = tcattach.Filter{Name: "rxlane_steer", Prio: 0xc0df, Handle: 1}
 
 // ErrNotEnabled is returned when steering is not attached.
 var ErrNotEnabled = errors.New("steering is not enabled")
@@ -301,84 +297,18 @@ func saveState(path string, s *State) error {
 	return os.Rename(tmp, path)
 }
 
-func ourFilter(l netlink.Link) (*netlink.BpfFilter, error) {
-	fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
-	if err != nil {
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("list filters on %s: %w", l.Attrs().Name, err)
-	}
-	for _, f := range fs {
-		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Priority == filterPrio && strings.HasPrefix(bf.Name, filterName) {
-			return bf, nil
-		}
-	}
-	return nil, nil
-}
-
-func clsact(l netlink.Link) *netlink.GenericQdisc {
-	return &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
-}
-
+// attach attaches the steering program to dev's tc ingress.
 func attach(dev string, prog *ebpf.Program) (Attachment, error) {
-	l, err := netlink.LinkByName(dev)
-	if err != nil {
-		return Attachment{}, fmt.Errorf("unknown device %q: %w", dev, err)
+	created, err := steerFilter.Attach(dev, prog)
+	if err != nil && !created {
+		return Attachment{}, err // nothing changed on dev
 	}
-	a := Attachment{Device: dev}
-	qs, err := netlink.QdiscList(l)
-	if err != nil {
-		return a, fmt.Errorf("list qdiscs on %s: %w", dev, err)
-	}
-	if !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
-		if err := netlink.QdiscAdd(clsact(l)); err != nil {
-			return a, fmt.Errorf("add clsact on %s: %w", dev, err)
-		}
-		a.CreatedClsact = true
-	}
-	f := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
-			Handle: filterHandle, Priority: filterPrio, Protocol: unix.ETH_P_ALL},
-		Fd: prog.FD(), Name: filterName, DirectAction: true,
-	}
-	if err := netlink.FilterAdd(f); err != nil {
-		return a, fmt.Errorf("attach to %s ingress: %w", dev, err)
-	}
-	return a, nil
+	return Attachment{Device: dev, CreatedClsact: created}, err
 }
 
-func detach(a Attachment) error {
-	l, err := netlink.LinkByName(a.Device)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
-		}
-		return fmt.Errorf("find %s: %w", a.Device, err)
-	}
-	f, err := ourFilter(l)
-	if err != nil {
-		return err
-	}
-	if f != nil {
-		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("detach from %s: %w", a.Device, err)
-		}
-	}
-	if !a.CreatedClsact {
-		return nil
-	}
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		if fs, err := netlink.FilterList(l, parent); err == nil && len(fs) > 0 {
-			return nil
-		}
-	}
-	if err := netlink.QdiscDel(clsact(l)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("remove clsact from %s: %w", a.Device, err)
-	}
-	return nil
-}
+// detach removes the steering filter (and the clsact qdisc if steering
+// added it and nothing else uses it).
+func detach(a Attachment) error { return steerFilter.Detach(a.Device, a.CreatedClsact) }
 
 // Enable discovers the stages in o.Netns, sets their rps_cpus to the CPU
 // set, loads bpf/steer.c and attaches it where each steered stage's CPU is

@@ -19,7 +19,7 @@ func openMaps(st *State) (*steerMaps, error) {
 			if err != nil {
 				continue
 			}
-			f, err := ourFilter(l)
+			f, err := steerFilter.Find(l)
 			if err != nil || f == nil {
 				continue
 			}

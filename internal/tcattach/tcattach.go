@@ -1,0 +1,114 @@
+// Package tcattach attaches a BPF program to a device's tc ingress as one
+// named direct-action filter and detaches exactly that again. The clsact
+// qdisc is added only when the device has none, and removed on detach only
+// when this package added it and no other filter uses it, so a device's
+// previous tc setup survives enable/disable untouched.
+//
+// Calls act in the calling thread's network namespace.
+package tcattach
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Filter names one program's tc ingress filter. Different programs use
+// different priorities so they can sit on the same device.
+type Filter struct {
+	Name   string // filter name (the kernel may append to it)
+	Prio   uint16
+	Handle uint32
+}
+
+// Find returns the filter on l, or nil when there is none (also when the
+// device has no clsact qdisc).
+func (f Filter) Find(l netlink.Link) (*netlink.BpfFilter, error) {
+	fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list filters on %s: %w", l.Attrs().Name, err)
+	}
+	for _, x := range fs {
+		if bf, ok := x.(*netlink.BpfFilter); ok && bf.Priority == f.Prio && strings.HasPrefix(bf.Name, f.Name) {
+			return bf, nil
+		}
+	}
+	return nil, nil
+}
+
+// Attach adds the clsact qdisc if dev has none, then the filter running
+// prog. createdClsact tells whether the qdisc was added here, also when
+// adding the filter failed afterwards (the caller's undo must then remove
+// it with Detach).
+func (f Filter) Attach(dev string, prog *ebpf.Program) (createdClsact bool, err error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return false, fmt.Errorf("unknown device %q: %w", dev, err)
+	}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return false, fmt.Errorf("list qdiscs on %s: %w", dev, err)
+	}
+	if !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
+		if err := netlink.QdiscAdd(clsact(l)); err != nil {
+			return false, fmt.Errorf("add clsact on %s: %w", dev, err)
+		}
+		createdClsact = true
+	}
+	bf := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
+			Handle: f.Handle, Priority: f.Prio, Protocol: unix.ETH_P_ALL},
+		Fd: prog.FD(), Name: f.Name, DirectAction: true,
+	}
+	if err := netlink.FilterAdd(bf); err != nil {
+		return createdClsact, fmt.Errorf("attach to %s ingress: %w", dev, err)
+	}
+	return createdClsact, nil
+}
+
+// Detach removes the filter from dev and, if createdClsact and no other
+// filter is left on either direction, the clsact qdisc. A device that is
+// gone is not an error, so Detach can be repeated.
+func (f Filter) Detach(dev string, createdClsact bool) error {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("find %s: %w", dev, err)
+	}
+	bf, err := f.Find(l)
+	if err != nil {
+		return err
+	}
+	if bf != nil {
+		if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("detach from %s: %w", dev, err)
+		}
+	}
+	if !createdClsact {
+		return nil
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		if fs, err := netlink.FilterList(l, parent); err == nil && len(fs) > 0 {
+			return nil // someone else's filters: keep the qdisc
+		}
+	}
+	if err := netlink.QdiscDel(clsact(l)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("remove clsact from %s: %w", dev, err)
+	}
+	return nil
+}
+
+func clsact(l netlink.Link) *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+}
