@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // The lane's tc filter: clsact ingress, this priority and handle, this
@@ -68,39 +67,7 @@ var ErrNotEnabled = errors.New("lanes are not enabled")
 
 // inNetns runs fn on a locked thread inside the namespace file path (the
 // caller's namespace when path is empty).
-func inNetns(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("get current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", path, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", path, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave netns %s: %w", path, err))
-			return // the thread stays locked and dies with the goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func inNetns(path string, fn func() error) error { return netnsrun.Do(path, false, fn) }
 
 func loadState(path string) (*State, error) {
 	b, err := os.ReadFile(path)

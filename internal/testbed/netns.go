@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -69,65 +70,10 @@ func deleteNS(name string) error {
 	return fmt.Errorf("delete netns %s: %w", name, err)
 }
 
-// inNS runs fn on a locked OS thread inside the named namespace. Sockets
-// created by fn belong to that namespace and may be used from any goroutine
-// afterwards. With sysfs set, the thread also gets a private mount namespace
-// with a sysfs of that network namespace on /sys (as `ip netns exec` does),
-// so /sys/class/net shows the namespace's devices. Such a thread is never
-// unlocked: it exits with the goroutine, taking its namespaces along.
+// inNS runs fn on a locked OS thread inside the named namespace (see
+// netnsrun.Do; sysfs gives the thread the namespace's own /sys).
 func inNS(name string, sysfs bool, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("get current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", name, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", name, err)
-			return
-		}
-		if sysfs {
-			if err := privateSysfs(); err != nil {
-				errc <- fmt.Errorf("netns %s: %w", name, err)
-				return
-			}
-			errc <- fn()
-			return // thread is tainted: let it die locked
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave netns %s: %w", name, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
-// privateSysfs gives the calling thread its own mount namespace with a fresh
-// sysfs, which shows the devices of the thread's current network namespace.
-// Nothing is changed outside the thread: mounts are not propagated back.
-func privateSysfs() error {
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("unshare mount namespace: %w", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("make / rslave: %w", err)
-	}
-	if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
-		return fmt.Errorf("mount sysfs: %w", err)
-	}
-	return nil
+	return netnsrun.Do(filepath.Join(netnsDir, name), sysfs, fn)
 }
 
 // startInNS starts cmd inside the named namespace (with its own sysfs) and,
