@@ -1,10 +1,9 @@
 package datapath
 
 import (
-	"reflect"
 	"testing"
 
-	"github.com/cilium/ebpf/btf"
+	"github.com/rxlane/rxlane/internal/bpftest"
 )
 
 // TestLayoutMatchesC checks every Go twin against its C struct as compiled
@@ -26,30 +25,7 @@ func TestLayoutMatchesC(t *testing.T) {
 		{"lanes_rule_stats", ruleCounters{}},
 		{"lanes_lane_stats", laneCounters{}},
 	} {
-		t.Run(tc.c, func(t *testing.T) {
-			var s *btf.Struct
-			if err := spec.Types.TypeByName(tc.c, &s); err != nil {
-				t.Fatalf("find struct %s in BTF: %v", tc.c, err)
-			}
-			gt := reflect.TypeOf(tc.go_)
-			if uintptr(s.Size) != gt.Size() {
-				t.Fatalf("struct %s is %d bytes, Go %s is %d", tc.c, s.Size, gt.Name(), gt.Size())
-			}
-			if len(s.Members) != gt.NumField() {
-				t.Fatalf("struct %s has %d fields, Go %s has %d", tc.c, len(s.Members), gt.Name(), gt.NumField())
-			}
-			for i, m := range s.Members {
-				f := gt.Field(i)
-				size, err := btf.Sizeof(m.Type)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if uintptr(m.Offset.Bytes()) != f.Offset || uintptr(size) != f.Type.Size() {
-					t.Errorf("%s.%s at %d (%d bytes), Go %s.%s at %d (%d bytes)",
-						tc.c, m.Name, m.Offset.Bytes(), size, gt.Name(), f.Name, f.Offset, f.Type.Size())
-				}
-			}
-		})
+		t.Run(tc.c, func(t *testing.T) { bpftest.StructMatches(t, spec, tc.c, tc.go_) })
 	}
 }
 
@@ -59,16 +35,7 @@ func TestConstantsMatchC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]int{}
-	for _, name := range []string{"lanes_reason", "lanes_l4", "lanes_fwd", "lanes_ep_kind", "lanes_lane"} {
-		var e *btf.Enum
-		if err := spec.Types.TypeByName(name, &e); err != nil {
-			t.Fatalf("find enum %s in BTF: %v", name, err)
-		}
-		for _, v := range e.Values {
-			got[v.Name] = int(v.Value)
-		}
-	}
+	got := bpftest.EnumValues(t, spec, "lanes_reason", "lanes_l4", "lanes_fwd", "lanes_ep_kind", "lanes_lane")
 	want := map[string]int{
 		"R_MAX": int(reasonMax), "FWD_BRIDGE": fwdBridge, "FWD_ROUTED": fwdRouted,
 		"EP_MAC": epMAC, "EP_IP": epIP, "LANE_LOW": laneLow, "LANE_HIGH": laneHigh,
@@ -84,9 +51,5 @@ func TestConstantsMatchC(t *testing.T) {
 	for i, n := range cnames {
 		want[n] = i
 	}
-	for name, v := range want {
-		if g, ok := got[name]; !ok || g != v {
-			t.Errorf("%s: C %d (present %v), Go %d", name, g, ok, v)
-		}
-	}
+	bpftest.EnumsMatch(t, got, want)
 }

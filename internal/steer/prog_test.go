@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"os"
-	"reflect"
 	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/rxlane/rxlane/internal/bpftest"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,21 +29,7 @@ func TestLayoutMatchesC(t *testing.T) {
 		{"steer_flow_key", flowKey{}},
 		{"steer_flow", flowEntry{}},
 	} {
-		var s *btf.Struct
-		if err := spec.Types.TypeByName(tc.c, &s); err != nil {
-			t.Fatalf("find struct %s in BTF: %v", tc.c, err)
-		}
-		gt := reflect.TypeOf(tc.go_)
-		if uintptr(s.Size) != gt.Size() || len(s.Members) != gt.NumField() {
-			t.Fatalf("struct %s: %d bytes %d fields, Go %s: %d bytes %d fields", tc.c, s.Size, len(s.Members), gt.Name(), gt.Size(), gt.NumField())
-		}
-		for i, m := range s.Members {
-			f := gt.Field(i)
-			size, _ := btf.Sizeof(m.Type)
-			if uintptr(m.Offset.Bytes()) != f.Offset || uintptr(size) != f.Type.Size() {
-				t.Errorf("%s.%s at %d (%d bytes), Go %s.%s at %d (%d bytes)", tc.c, m.Name, m.Offset.Bytes(), size, gt.Name(), f.Name, f.Offset, f.Type.Size())
-			}
-		}
+		bpftest.StructMatches(t, spec, tc.c, tc.go_)
 	}
 	var e *btf.Enum
 	if err := spec.Types.TypeByName("steer_reason", &e); err != nil {
