@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,17 +33,13 @@ func testbedFlags(cmd *cobra.Command, c *testbed.Config, layout *string) {
 }
 
 func newBenchLatencyCmd() *cobra.Command {
-	o := bench.LatencyOptions{
-		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
-		BgRate: 150000, BgSize: 64, BgFlows: 1, BgProto: "udp", HoldQoS: true,
-	}
-	o.Testbed.Prefix = "bench"
+	o := defaultProbeOptions()
+	o.BgRate = 150000
 	var (
-		layout         string
-		jsonOut, plots []string
-		asJSON         bool
-		paths, loads   string
-		dur, warm      = "5s", "500ms"
+		layout       string
+		paths, loads string
+		pf           probeFlags
+		out          reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "latency",
@@ -77,11 +74,7 @@ Examples:
 			o.Testbed.Layout = testbed.Layout(layout)
 			o.Paths = splitList(paths)
 			o.Loads = splitList(loads)
-			var err error
-			if o.Duration, err = parseDuration("duration", dur); err != nil {
-				return err
-			}
-			if o.Warmup, err = parseDuration("warmup", warm); err != nil {
+			if err := pf.parse(&o); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {
@@ -90,70 +83,37 @@ Examples:
 			if err := o.Testbed.Validate(); err != nil {
 				return usageError{err}
 			}
-			for _, p := range plots {
-				if err := checkPlotExt(p); err != nil {
-					return usageError{err}
-				}
+			if err := out.check(); err != nil {
+				return err
 			}
 			o.Progress = cmd.ErrOrStderr()
 			rep, err := bench.Latency(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("bench latency: %w", err)
 			}
-			for _, f := range jsonOut {
-				if err := writeJSONFile(f, rep); err != nil {
-					return err
-				}
-			}
-			for _, p := range plots {
-				if err := rep.WritePlot(p); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", p)
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), rep)
-			}
-			rep.WriteTable(cmd.OutOrStdout())
-			return nil
+			return out.emit(cmd, rep)
 		},
 	}
 	testbedFlags(cmd, &o.Testbed, &layout)
+	pf.add(cmd, &o)
+	out.add(cmd, "write the latency CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	f := cmd.Flags()
-	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every case")
-	f.StringVar(&dur, "duration", dur, "measured time per case and repetition")
-	f.StringVar(&warm, "warmup", warm, "initial time whose samples are dropped")
-	f.StringVar(&o.Proto, "proto", o.Proto, "high-priority flow protocol: udp or tcp")
-	f.StringVar(&o.Prober, "prober", o.Prober, "high-priority client/server: rxlane (paced, loss-tolerant) or sockperf (cross-check; ping-pong --full-rtt)")
-	f.Float64Var(&o.Rate, "rate", o.Rate, "high-priority requests per second")
-	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
 	f.Float64Var(&o.BgRate, "bg-rate", o.BgRate, "background packets per second (busy cases)")
-	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
-	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports; udp only)")
 	f.StringVar(&o.BgProto, "bg-proto", o.BgProto, "background flow: udp (ready-made frames injected at hostA's wire) or tcp (a paced TCP stream from ctrA/hostA)")
 	f.StringVar(&paths, "paths", "overlay,host", "paths to measure: overlay, host")
 	f.StringVar(&loads, "loads", "idle,busy", "loads to measure: idle, busy")
-	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
-	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
-	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
-	f.StringArrayVar(&plots, "plot", nil, "write the latency CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	return cmd
 }
 
 func newBenchCompareCmd() *cobra.Command {
-	co := bench.CompareOptions{Latency: bench.LatencyOptions{
-		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
-		BgSize: 64, BgFlows: 1, BgProto: "udp", HoldQoS: true,
-	}}
+	co := bench.CompareOptions{Latency: defaultProbeOptions()}
 	o := &co.Latency
-	o.Testbed.Prefix = "bench"
 	var (
-		layout         = string(o.Testbed.Layout)
-		jsonOut, plots []string
-		asJSON         bool
-		dur, warm      = "5s", "500ms"
-		rates          = "150k,300k"
-		modes          = []string{bench.ModeVanilla, bench.ModeLanes, bench.ModeLanesQueue}
+		layout = string(o.Testbed.Layout)
+		pf     probeFlags
+		out    reportFlags
+		rates  = "150k,300k"
+		modes  = []string{bench.ModeVanilla, bench.ModeLanes, bench.ModeLanesQueue}
 	)
 	cmd := &cobra.Command{
 		Use:   "compare",
@@ -190,10 +150,7 @@ Examples:
 			if co.BgRates, err = parseRates(rates); err != nil {
 				return err
 			}
-			if o.Duration, err = parseDuration("duration", dur); err != nil {
-				return err
-			}
-			if o.Warmup, err = parseDuration("warmup", warm); err != nil {
+			if err := pf.parse(o); err != nil {
 				return err
 			}
 			o.BgRate = 1 // per case; set by Compare
@@ -204,52 +161,114 @@ Examples:
 			if err := o.Testbed.Validate(); err != nil {
 				return usageError{err}
 			}
-			for _, p := range plots {
-				if err := checkPlotExt(p); err != nil {
-					return usageError{err}
-				}
+			if err := out.check(); err != nil {
+				return err
 			}
 			o.Progress = cmd.ErrOrStderr()
 			rep, err := bench.Compare(cmd.Context(), co)
 			if err != nil {
 				return fmt.Errorf("bench compare: %w", err)
 			}
-			for _, f := range jsonOut {
-				if err := writeJSONFile(f, rep); err != nil {
-					return err
-				}
-			}
-			for _, p := range plots {
-				if err := rep.WritePlot(p); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", p)
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), rep)
-			}
-			rep.WriteTable(cmd.OutOrStdout())
-			return nil
+			return out.emit(cmd, rep)
 		},
 	}
 	testbedFlags(cmd, &o.Testbed, &layout)
+	pf.add(cmd, o)
+	out.add(cmd, "write the CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	f := cmd.Flags()
-	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every case")
-	f.StringVar(&dur, "duration", dur, "measured time per case and repetition")
-	f.StringVar(&warm, "warmup", warm, "initial time whose samples are dropped")
-	f.StringVar(&o.Proto, "proto", o.Proto, "high-priority flow protocol: udp or tcp")
-	f.StringVar(&o.Prober, "prober", o.Prober, "high-priority client/server: rxlane or sockperf")
-	f.Float64Var(&o.Rate, "rate", o.Rate, "high-priority requests per second")
-	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
 	f.StringSliceVar(&modes, "modes", modes, "modes to compare: vanilla, lanes-sync (tc), lanes-queue (XDP)")
 	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
-	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
-	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows")
-	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
-	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
-	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
-	f.StringArrayVar(&plots, "plot", nil, "write the CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	return cmd
+}
+
+// defaultProbeOptions are the defaults of the benchmarks that run the
+// high-priority request/response flow (latency, compare).
+func defaultProbeOptions() bench.LatencyOptions {
+	o := bench.LatencyOptions{
+		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
+		BgSize: 64, BgFlows: 1, BgProto: "udp", HoldQoS: true,
+	}
+	o.Testbed.Prefix = "bench"
+	return o
+}
+
+// probeFlags are the flags of the high-priority flow and its runs, shared
+// by latency and compare.
+type probeFlags struct{ dur, warm string }
+
+func (pf *probeFlags) add(cmd *cobra.Command, o *bench.LatencyOptions) {
+	pf.dur, pf.warm = "5s", "500ms"
+	f := cmd.Flags()
+	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every case")
+	f.StringVar(&pf.dur, "duration", pf.dur, "measured time per case and repetition")
+	f.StringVar(&pf.warm, "warmup", pf.warm, "initial time whose samples are dropped")
+	f.StringVar(&o.Proto, "proto", o.Proto, "high-priority flow protocol: udp or tcp")
+	f.StringVar(&o.Prober, "prober", o.Prober, "high-priority client/server: rxlane (paced, loss-tolerant) or sockperf (cross-check; ping-pong --full-rtt)")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "high-priority requests per second")
+	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
+	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
+	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports; udp only)")
+	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
+}
+
+// parse sets the options' durations from the flags.
+func (pf *probeFlags) parse(o *bench.LatencyOptions) error {
+	var err error
+	if o.Duration, err = parseDuration("duration", pf.dur); err != nil {
+		return err
+	}
+	o.Warmup, err = parseDuration("warmup", pf.warm)
+	return err
+}
+
+// report is what latency and compare produce.
+type report interface {
+	WriteTable(io.Writer)
+	WritePlot(file string) error
+}
+
+// reportFlags are the output flags of a benchmark with a table, JSON and
+// plots.
+type reportFlags struct {
+	asJSON         bool
+	jsonOut, plots []string
+}
+
+func (rf *reportFlags) add(cmd *cobra.Command, plotHelp string) {
+	f := cmd.Flags()
+	f.BoolVar(&rf.asJSON, "json", false, "print JSON instead of the table")
+	f.StringArrayVar(&rf.jsonOut, "json-out", nil, "also write the JSON report to this file")
+	f.StringArrayVar(&rf.plots, "plot", nil, plotHelp)
+}
+
+// check refuses plot file names of unknown formats before a run starts.
+func (rf *reportFlags) check() error {
+	for _, p := range rf.plots {
+		if err := checkPlotExt(p); err != nil {
+			return usageError{err}
+		}
+	}
+	return nil
+}
+
+// emit writes the JSON files and plots, then the table or JSON.
+func (rf *reportFlags) emit(cmd *cobra.Command, rep report) error {
+	for _, f := range rf.jsonOut {
+		if err := writeJSONFile(f, rep); err != nil {
+			return err
+		}
+	}
+	for _, p := range rf.plots {
+		if err := rep.WritePlot(p); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", p)
+	}
+	if rf.asJSON {
+		return writeJSON(cmd.OutOrStdout(), rep)
+	}
+	rep.WriteTable(cmd.OutOrStdout())
+	return nil
 }
 
 // newBenchAgentCmd is the hidden verb benchmarks start inside testbed
