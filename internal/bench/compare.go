@@ -147,16 +147,11 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		return nil, err
 	}
 	rep = &CompareReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Rule: rule.String(), Warnings: []string{}, Modes: modes,
-		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
-			RatePerSec: o.Rate, Size: o.Size, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}}
-	if o.HoldQoS {
-		if release, err := HoldCPUDMALatency(); err != nil {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("could not hold /dev/cpu_dma_latency at 0: %v", err))
-		} else {
-			rep.QoSHeld = true
-			defer release()
-		}
-	}
+		Options: o.optionsJSON()}
+	rep.Options.BgRatePPS = 0 // each busy case has its own rate (bg_rate_pps of the case)
+	var release func()
+	rep.QoSHeld, release = holdQoS(o.HoldQoS, &rep.Warnings)
+	defer release()
 	stateDir, err := os.MkdirTemp("", "rxlane-compare-")
 	if err != nil {
 		return rep, err

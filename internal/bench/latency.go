@@ -176,17 +176,10 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 	defer func() { err = errors.Join(err, cleanup()) }()
 
 	rep = &LatencyReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
-		Options: OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
-			RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}}
-	if o.HoldQoS {
-		release, err := HoldCPUDMALatency()
-		if err != nil {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("could not hold /dev/cpu_dma_latency at 0 (%v): idle wake-ups add to every idle round trip", err))
-		} else {
-			rep.QoSHeld = true
-			defer release()
-		}
-	}
+		Options: o.optionsJSON()}
+	var release func()
+	rep.QoSHeld, release = holdQoS(o.HoldQoS, &rep.Warnings)
+	defer release()
 	if tb.Layout != testbed.LayoutRxCore {
 		rep.Warnings = append(rep.Warnings, "layout "+string(tb.Layout)+": the receiving host's stages share the sender's CPU")
 	}
@@ -399,6 +392,27 @@ func progress(w io.Writer, format string, args ...any) {
 	if w != nil {
 		fmt.Fprintf(w, format+"\n", args...)
 	}
+}
+
+// optionsJSON is the stable JSON form of the options.
+func (o LatencyOptions) optionsJSON() OptionsJSON {
+	return OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
+		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}
+}
+
+// holdQoS holds /dev/cpu_dma_latency at 0 when want is set, and reports
+// whether it is held; a failure to hold it becomes a warning. release is
+// never nil.
+func holdQoS(want bool, warnings *[]string) (held bool, release func()) {
+	if !want {
+		return false, func() {}
+	}
+	release, err := HoldCPUDMALatency()
+	if err != nil {
+		*warnings = append(*warnings, fmt.Sprintf("could not hold /dev/cpu_dma_latency at 0 (%v): idle wake-ups add to every idle round trip", err))
+		return false, func() {}
+	}
+	return true, release
 }
 
 // HoldCPUDMALatency writes 0 to /dev/cpu_dma_latency and keeps the file
