@@ -12,8 +12,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/tcattach"
-	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -21,6 +21,21 @@ import (
 // The steering tc filter: clsact ingress, this priority (after the lanes'
 // 0xc0de), handle and name. Anything else is someone else's.
 var steerFilter = tcattach.Filter{Name: "rxlane_steer", Prio: 0xc0df, Handle: 1}
+
+// errNoNetns marks a named network namespace that does not exist (any
+// more): disable treats it as already clean.
+var errNoNetns = errors.New("network namespace does not exist")
+
+// inNetnsSysfs runs fn on a thread inside the named network namespace
+// (/run/netns/NAME) with that namespace's own /sys, where stage devices'
+// rps_cpus live.
+func inNetnsSysfs(name string, fn func() error) error {
+	path := filepath.Join("/run/netns", name)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("netns %s: %w", name, errNoNetns)
+	}
+	return netnsrun.Do(path, true, fn)
+}
 
 // ErrNotEnabled is returned when steering is not attached.
 var ErrNotEnabled = errors.New("steering is not enabled")
@@ -174,7 +189,7 @@ type discovered struct {
 // and the container devices behind the bridge (no names assumed).
 func discover(hostNS string) (discovered, error) {
 	var d discovered
-	err := testbed.DoSysfsNamed(hostNS, func() error {
+	err := inNetnsSysfs(hostNS, func() error {
 		topo, err := datapath.Discover()
 		if err != nil {
 			return err
@@ -216,7 +231,7 @@ func discover(hostNS string) (discovered, error) {
 	}
 	for i := range d.endpoint {
 		e := &d.endpoint[i]
-		if err := testbed.DoSysfsNamed(e.netns, func() error {
+		if err := inNetnsSysfs(e.netns, func() error {
 			l, err := netlink.LinkByIndex(e.ifindex)
 			if err != nil {
 				return fmt.Errorf("find container device %d in %s: %w", e.ifindex, e.netns, err)
@@ -232,7 +247,7 @@ func discover(hostNS string) (discovered, error) {
 
 // setRPS writes mask to every rx queue of dev, journaling the old values.
 func setRPS(ns, dev, mask string, st *State) error {
-	return testbed.DoSysfsNamed(ns, func() error {
+	return inNetnsSysfs(ns, func() error {
 		qs, err := filepath.Glob(filepath.Join("/sys/class/net", dev, "queues/rx-*/rps_cpus"))
 		if err != nil || len(qs) == 0 {
 			return fmt.Errorf("steer: %s/%s has no rps_cpus", ns, dev)
@@ -255,7 +270,7 @@ func restoreRPS(cs []RPSChange) error {
 	var errs []error
 	for i := len(cs) - 1; i >= 0; i-- {
 		c := cs[i]
-		err := testbed.DoSysfsNamed(c.Netns, func() error {
+		err := inNetnsSysfs(c.Netns, func() error {
 			p := filepath.Join("/sys/class/net", c.Dev, "queues", c.Queue, "rps_cpus")
 			err := os.WriteFile(p, []byte(c.Prev+"\n"), 0)
 			if errors.Is(err, os.ErrNotExist) {
@@ -263,7 +278,7 @@ func restoreRPS(cs []RPSChange) error {
 			}
 			return err
 		})
-		if err != nil && !errors.Is(err, testbed.ErrNotUp) {
+		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, fmt.Errorf("restore rps_cpus of %s/%s: %w", c.Netns, c.Dev, err))
 		}
 	}
@@ -392,7 +407,7 @@ func Enable(o Options) (st *State, err error) {
 			return st, err
 		}
 	}
-	err = testbed.DoSysfsNamed(o.Netns, func() error {
+	err = inNetnsSysfs(o.Netns, func() error {
 		for _, a := range atts {
 			l, err := netlink.LinkByName(a.dev)
 			if err != nil {
@@ -420,14 +435,14 @@ func Enable(o Options) (st *State, err error) {
 func disable(st *State) error {
 	var errs []error
 	if len(st.Attachments) > 0 {
-		err := testbed.DoSysfsNamed(st.Netns, func() error {
+		err := inNetnsSysfs(st.Netns, func() error {
 			var es []error
 			for _, a := range st.Attachments {
 				es = append(es, detach(a))
 			}
 			return errors.Join(es...)
 		})
-		if err != nil && !errors.Is(err, testbed.ErrNotUp) {
+		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, err)
 		}
 	}

@@ -6,14 +6,13 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
-	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/vishvananda/netlink"
 )
 
 // openMaps finds the maps of the attached program through its tc filter.
 func openMaps(st *State) (*steerMaps, error) {
 	var m *steerMaps
-	err := testbed.DoSysfsNamed(st.Netns, func() error {
+	err := inNetnsSysfs(st.Netns, func() error {
 		for _, a := range st.Attachments {
 			l, err := netlink.LinkByName(a.Device)
 			if err != nil {
