@@ -81,6 +81,12 @@ type CompareCase struct {
 	// LanePackets counts high-priority packets the lane delivered during
 	// the case (lanes mode only), summed over repetitions.
 	LanePackets uint64 `json:"lane_packets"`
+	// LaneFallbacks counts, by reason, packets the lane's program saw and
+	// left to the normal path during the case (the flood is `no_match`),
+	// and LaneRedirectFail redirects the kernel refused; summed over
+	// repetitions. They say why high-priority packets missed the lane.
+	LaneFallbacks    map[string]uint64 `json:"lane_fallbacks,omitempty"`
+	LaneRedirectFail uint64            `json:"lane_redirect_fail"`
 }
 
 // Goal is one of issue #4's targets, evaluated on the run's medians.
@@ -224,7 +230,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 			progress(o.Progress, "[%d/%d] rep %d: %s, %s (%s)", k, total, r+1, c.mode, label, o.Duration)
 			oc := o
 			oc.BgRate = max(c.rate, 1)
-			before := lanePackets(dpo, rules, c.mode)
+			before := laneStats(dpo, rules, c.mode)
 			res, err := runCase(ctx, tb, oc, PathOverlay, c.load)
 			if err != nil {
 				return rep, fmt.Errorf("%s %s rep %d: %w", c.mode, label, r+1, err)
@@ -234,7 +240,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 				cc = &CompareCase{Mode: c.mode, Load: c.load, BgRatePPS: c.rate, CaseResult: CaseResult{Path: PathOverlay, Load: label}}
 				results[c] = cc
 			}
-			cc.LanePackets += lanePackets(dpo, rules, c.mode) - before
+			cc.addLaneDelta(before, laneStats(dpo, rules, c.mode))
 			cc.Reps = append(cc.Reps, res)
 			progress(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgDeliveredPPS/1e3)
 		}
@@ -248,17 +254,38 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	return rep, nil
 }
 
-// lanePackets reads the lane's high-lane packet counter (0 in vanilla mode
-// or when it cannot be read).
-func lanePackets(o datapath.Options, rules *policy.Set, mode string) uint64 {
+// laneStats reads the lane's counters (nil in vanilla mode or when they
+// cannot be read).
+func laneStats(o datapath.Options, rules *policy.Set, mode string) *datapath.Stats {
 	if laneMode(mode) == "" {
-		return 0
+		return nil
 	}
 	st, err := datapath.ReadStats(o, rules)
 	if err != nil {
-		return 0
+		return nil
 	}
-	return st.High.Packets
+	return st
+}
+
+// addLaneDelta adds the counters' change over one repetition.
+func (c *CompareCase) addLaneDelta(before, after *datapath.Stats) {
+	if before == nil || after == nil {
+		return
+	}
+	c.LanePackets += after.High.Packets - before.High.Packets
+	if c.LaneFallbacks == nil {
+		c.LaneFallbacks = map[string]uint64{}
+	}
+	for k, v := range after.Fallbacks {
+		if d := v - before.Fallbacks[k]; d > 0 {
+			c.LaneFallbacks[k] += d
+		}
+	}
+	for i := range after.Rules {
+		if i < len(before.Rules) {
+			c.LaneRedirectFail += after.Rules[i].RedirectFail - before.Rules[i].RedirectFail
+		}
+	}
 }
 
 func (r *CompareReport) find(mode string, rate float64) *CompareCase {

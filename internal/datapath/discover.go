@@ -19,7 +19,9 @@ import (
 //
 //   - bridged: a VXLAN device enslaved to a Linux bridge whose other ports
 //     are veths (the testbed; Docker's overlay inside its sandbox netns).
-//     Endpoints are the bridge FDB's MACs on veth ports.
+//     Endpoints are the MACs of the veth ports' other ends (known before a
+//     container has sent anything and after its FDB entry aged out) and
+//     the bridge FDB's MACs on veth ports.
 //   - routed: a VXLAN device without a master (Flannel's flannel.1 routed
 //     to cni0, Calico's vxlan.calico routed to /32s on cali* veths).
 //     Endpoints are the neighbours behind link-scope routes, resolved to a
@@ -106,18 +108,31 @@ func Discover() (Topology, error) {
 		if b, ok := byIndex[br].(*netlink.Bridge); ok && b.VlanFiltering != nil && *b.VlanFiltering {
 			skip = join(skip, "bridge "+b.Name+" filters VLANs")
 		}
-		for _, n := range fdb {
-			port, ok := byIndex[n.LinkIndex]
-			if !ok || n.MasterIndex != br || port.Type() != "veth" || len(n.HardwareAddr) != 6 {
-				continue
+		known := map[string]bool{}
+		add := func(port netlink.Link, mac net.HardwareAddr) {
+			if len(mac) != 6 || mac[0]&1 == 1 || bytes.Equal(mac, port.Attrs().HardwareAddr) || known[mac.String()] {
+				return // multicast, the port's own address, or seen
 			}
-			if bytes.Equal(n.HardwareAddr, port.Attrs().HardwareAddr) || n.HardwareAddr[0]&1 == 1 {
-				continue // the port's own address, or multicast
-			}
+			known[mac.String()] = true
 			t.Endpoints = append(t.Endpoints, Endpoint{
-				VNI: tn.VNI, MAC: n.HardwareAddr, Dev: port.Attrs().Name, Ifindex: port.Attrs().Index,
+				VNI: tn.VNI, MAC: mac, Dev: port.Attrs().Name, Ifindex: port.Attrs().Index,
 				MTU: port.Attrs().MTU, Skip: join(skip, egressFilter(port)),
 			})
+		}
+		for _, l := range links {
+			if l.Attrs().MasterIndex != br || l.Type() != "veth" {
+				continue
+			}
+			// A port whose other end cannot be found (no namespace
+			// file) is still served through its FDB entries below.
+			if _, peer, err := vethPeer(l); err == nil {
+				add(l, peer.Attrs().HardwareAddr)
+			}
+		}
+		for _, n := range fdb {
+			if port, ok := byIndex[n.LinkIndex]; ok && n.MasterIndex == br && port.Type() == "veth" {
+				add(port, n.HardwareAddr)
+			}
 		}
 	}
 	return t, nil

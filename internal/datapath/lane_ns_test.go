@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -122,6 +123,19 @@ func TestLaneOnTestbed(t *testing.T) {
 		}
 	})
 	before := hostSnapshot(t, hostB)
+
+	// Before any traffic brB's FDB knows no container MAC: discovery must
+	// still find ctrB's end of vhB (a container that has not sent yet, or
+	// whose FDB entry aged out, is served from the start).
+	var fresh Topology
+	if err := inNetns(hostB, func() (err error) { fresh, err = Discover(); return }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(fresh.Endpoints, func(e Endpoint) bool {
+		return e.Dev == testbed.VhB && bytes.Equal(e.MAC, testbed.MACCtB)
+	}) {
+		t.Fatalf("fresh testbed: endpoint %s on %s not discovered: %+v", testbed.MACCtB, testbed.VhB, fresh.Endpoints)
+	}
 
 	hi := udpListen(t, tb, testbed.CtrB, "198.19.0.2:7000")
 	lo := udpListen(t, tb, testbed.CtrB, "198.19.0.2:7001")

@@ -135,6 +135,36 @@ func peerNetns(nsid int) (string, error) {
 	return "", fmt.Errorf("no namespace file for netns id %d in %v", nsid, netnsDirs)
 }
 
+// vethPeer finds the other end of a veth: the file of the namespace it
+// lives in (found through the link's IFLA_LINK_NETNSID among netnsDirs)
+// and the link itself. Called inside the namespace of l.
+func vethPeer(l netlink.Link) (string, netlink.Link, error) {
+	a := l.Attrs()
+	var peerNs string
+	if a.NetNsID >= 0 {
+		var err error
+		if peerNs, err = peerNetns(a.NetNsID); err != nil {
+			return "", nil, err
+		}
+	} else {
+		cur, err := netns.Get()
+		if err != nil {
+			return "", nil, err
+		}
+		defer cur.Close()
+		peerNs = fmt.Sprintf("/proc/self/fd/%d", int(cur)) // same namespace
+	}
+	var pl netlink.Link
+	err := inNetns(peerNs, func() (err error) {
+		pl, err = netlink.LinkByIndex(a.ParentIndex)
+		return err
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("find peer %d of %s: %w", a.ParentIndex, a.Name, err)
+	}
+	return peerNs, pl, nil
+}
+
 // enablePeerNAPI turns GRO on at the container end of each endpoint's
 // veth: veth's ndo_xdp_xmit only queues into a peer whose NAPI is on, and
 // GRO (unlike an XDP program there) does not take TSO away from the host
@@ -151,32 +181,11 @@ func enablePeerNAPI(eps []Endpoint) ([]PeerOffload, error) {
 		if _, ok := l.(*netlink.Veth); !ok {
 			return done, fmt.Errorf("endpoint %s is not a veth: the queue lane needs one", ep.Dev)
 		}
-		a := l.Attrs()
-		peerNs := ""
-		if a.NetNsID >= 0 {
-			if peerNs, err = peerNetns(a.NetNsID); err != nil {
-				return done, fmt.Errorf("find peer of %s: %w", ep.Dev, err)
-			}
-		} else {
-			cur, err := netns.Get()
-			if err != nil {
-				return done, err
-			}
-			peerNs = fmt.Sprintf("/proc/self/fd/%d", int(cur)) // same namespace
-			defer cur.Close()
-		}
-		var peer string
-		err = inNetns(peerNs, func() error {
-			pl, err := netlink.LinkByIndex(a.ParentIndex)
-			if err != nil {
-				return fmt.Errorf("find peer %d of %s: %w", a.ParentIndex, ep.Dev, err)
-			}
-			peer = pl.Attrs().Name
-			return nil
-		})
+		peerNs, pl, err := vethPeer(l)
 		if err != nil {
-			return done, err
+			return done, fmt.Errorf("find peer of %s: %w", ep.Dev, err)
 		}
+		peer := pl.Attrs().Name
 		if seen[peerNs+"/"+peer] {
 			continue
 		}
