@@ -163,6 +163,11 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 		}
 		return emit(RunTCPFlood(ctx, conn, a.Rate, a.Size, a.Duration, ready))
 	case "inject":
+		if os.Getenv("RXLANE_BG_IDLE") == "1" {
+			if err := schedIdleSelf(); err != nil {
+				return err
+			}
+		}
 		frames := BackgroundFrames(a.Path, a.VNI, a.Port, a.DstPort, a.Size, a.Flows)
 		in, err := NewInjector(a.Dev, frames, 16)
 		if err != nil {

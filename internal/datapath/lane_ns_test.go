@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -15,39 +14,7 @@ import (
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
 )
-
-// hostSnapshot is what "the host as it was" means for the lane: the qdiscs
-// and ingress filters of every device of a namespace.
-func hostSnapshot(t *testing.T, nsPath string) string {
-	t.Helper()
-	var out string
-	err := inNetns(nsPath, func() error {
-		links, err := netlink.LinkList()
-		if err != nil {
-			return err
-		}
-		for _, l := range links {
-			qs, err := netlink.QdiscList(l)
-			if err != nil {
-				return err
-			}
-			for _, q := range qs {
-				out += fmt.Sprintf("%s qdisc %s %x\n", l.Attrs().Name, q.Type(), q.Attrs().Handle)
-			}
-			fs, _ := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
-			for _, f := range fs {
-				out += fmt.Sprintf("%s filter %s %d\n", l.Attrs().Name, f.Type(), f.Attrs().Priority)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 func rxPackets(t *testing.T, tb testbed.Config, dev string) uint64 {
 	t.Helper()
@@ -122,7 +89,7 @@ func TestLaneOnTestbed(t *testing.T) {
 			t.Errorf("disable: %v", err)
 		}
 	})
-	before := hostSnapshot(t, hostB)
+	before := testbedtest.Snapshot(t, tb)
 
 	// Before any traffic brB's FDB knows no container MAC: discovery must
 	// still find ctrB's end of vhB (a container that has not sent yet, or
@@ -223,7 +190,7 @@ func TestLaneOnTestbed(t *testing.T) {
 	if err := Disable(opts); err != nil {
 		t.Fatal(err)
 	}
-	if after := hostSnapshot(t, hostB); after != before {
+	if after := testbedtest.Snapshot(t, tb); after != before {
 		t.Fatalf("host changed by enable/disable:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	if _, err := ReadStats(opts, &rules); !errors.Is(err, ErrNotEnabled) {

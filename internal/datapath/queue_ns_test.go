@@ -69,7 +69,7 @@ func TestQueueLaneOnTestbed(t *testing.T) {
 			t.Errorf("disable: %v", err)
 		}
 	})
-	before := hostSnapshot(t, hostB)
+	before := testbedtest.Snapshot(t, tb)
 	groBefore := groOf(t, ctrB, testbed.CtB)
 
 	hi := udpListen(t, tb, testbed.CtrB, "198.19.0.2:7000")
@@ -123,7 +123,7 @@ func TestQueueLaneOnTestbed(t *testing.T) {
 	if err := Disable(opts); err != nil { // repeatable
 		t.Fatal(err)
 	}
-	if after := hostSnapshot(t, hostB); after != before {
+	if after := testbedtest.Snapshot(t, tb); after != before {
 		t.Fatalf("host changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	if id := xdpOf(t, hostB, testbed.WireB); id != 0 {

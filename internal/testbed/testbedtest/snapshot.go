@@ -1,0 +1,54 @@
+package testbedtest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/vishvananda/netlink"
+)
+
+// Snapshot is what "the testbed as it was" means to a datapath test: for
+// every node, every device's flags, MTU, master, attached XDP program and
+// RPS-independent link state, its qdiscs, and its ingress and egress tc
+// filters. Two snapshots compare as strings.
+func Snapshot(t testing.TB, tb testbed.Config) string {
+	t.Helper()
+	var b strings.Builder
+	for _, n := range testbed.Nodes {
+		err := netnsrun.Do(testbed.NetnsPath(tb, n), false, func() error {
+			links, err := netlink.LinkList()
+			if err != nil {
+				return err
+			}
+			for _, l := range links {
+				a := l.Attrs()
+				xdp := uint32(0)
+				if a.Xdp != nil && a.Xdp.Attached {
+					xdp = a.Xdp.ProgId
+				}
+				fmt.Fprintf(&b, "%s/%s %s flags=%v mtu=%d master=%d xdp=%d\n", n, a.Name, l.Type(), a.Flags, a.MTU, a.MasterIndex, xdp)
+				qs, err := netlink.QdiscList(l)
+				if err != nil {
+					return err
+				}
+				for _, q := range qs {
+					fmt.Fprintf(&b, "%s/%s qdisc %s %x parent %x\n", n, a.Name, q.Type(), q.Attrs().Handle, q.Attrs().Parent)
+				}
+				for _, dir := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+					fs, _ := netlink.FilterList(l, dir)
+					for _, f := range fs {
+						fmt.Fprintf(&b, "%s/%s filter %x %s prio %d\n", n, a.Name, dir, f.Type(), f.Attrs().Priority)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("snapshot %s: %v", n, err)
+		}
+	}
+	return b.String()
+}
