@@ -89,6 +89,11 @@ func loadFixture(t *testing.T) *lanesObjects {
 	if err := applyPolicy(&o.lanesMaps, tb); err != nil {
 		t.Fatal(err)
 	}
+	// XDP's PACKET_HOST test: BPF_PROG_TEST_RUN runs XDP on lo, whose
+	// address is zeroMAC, the fixtures' outer destination.
+	if err := writeDevMACs(&o.lanesMaps, []string{"lo"}); err != nil {
+		t.Fatal(err)
+	}
 	return o
 }
 
@@ -231,55 +236,85 @@ func ruleSum(t *testing.T, m *ebpf.Map, id int) ruleCounters {
 	return s
 }
 
-// TestFixtures runs every crafted frame through BPF_PROG_TEST_RUN and
-// checks the verdict, the output bytes and exactly one counter moving.
+// hook is one of the lane's programs with its verdict codes.
+type hook struct {
+	name           string
+	prog           *ebpf.Program
+	redirect, pass uint32
+}
+
+func hooks(o *lanesObjects) []hook {
+	return []hook{
+		{"tc", o.LanesIngress, verdictRedirect, verdictPass},
+		{"xdp", o.LanesXdp, 4 /* XDP_REDIRECT */, 2 /* XDP_PASS */},
+	}
+}
+
+// TestFixtures runs every crafted frame through BPF_PROG_TEST_RUN, through
+// both the tc (sync) and the XDP (queue) program, and checks the verdict,
+// the output bytes and exactly one counter moving. XDP also gets a
+// multi-buffer frame, which it must leave to the normal path.
 func TestFixtures(t *testing.T) {
 	o := loadFixture(t)
-	for _, f := range fixtures() {
-		t.Run(f.name, func(t *testing.T) {
-			before := make([]uint64, reasonMax)
-			for r := range before {
-				before[r] = sumPerCPU(t, o.Reasons, uint32(r))
+	for _, h := range hooks(o) {
+		fs := fixtures()
+		if h.name == "xdp" {
+			fs = append(fs, fixture{name: "multi-buffer frame", in: over4("198.18.0.1", 42, innerUDP4("198.19.0.2", 7000, 6000)), verdict: verdictPass, reason: ReasonGSO})
+		}
+		for _, f := range fs {
+			t.Run(h.name+"/"+f.name, func(t *testing.T) {
+				runFixture(t, o, h, f)
+			})
+		}
+	}
+}
+
+func runFixture(t *testing.T, o *lanesObjects, h hook, f fixture) {
+	before := make([]uint64, reasonMax)
+	for r := range before {
+		before[r] = sumPerCPU(t, o.Reasons, uint32(r))
+	}
+	rb := ruleSum(t, o.RuleStats, f.rule)
+	verdict := h.pass
+	if f.verdict == verdictRedirect {
+		verdict = h.redirect
+	}
+	out := make([]byte, len(f.in)+256)
+	ret, err := h.prog.Run(&ebpf.RunOptions{Data: f.in, DataOut: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ret != verdict {
+		r := "none"
+		for i := range before {
+			if sumPerCPU(t, o.Reasons, uint32(i)) != before[i] {
+				r = Reason(i).String()
 			}
-			rb := ruleSum(t, o.RuleStats, f.rule)
-			out := make([]byte, len(f.in)+256)
-			ret, err := o.LanesIngress.Run(&ebpf.RunOptions{Data: f.in, DataOut: out})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ret != f.verdict {
-				r := "none"
-				for i := range before {
-					if sumPerCPU(t, o.Reasons, uint32(i)) != before[i] {
-						r = Reason(i).String()
-					}
-				}
-				t.Fatalf("verdict %d (reason %s), want %d", int32(ret), r, int32(f.verdict))
-			}
-			want := f.in
-			if f.verdict == verdictRedirect {
-				want = f.out
-			}
-			if out := out[:len(want)]; !bytes.Equal(out, want) {
-				t.Errorf("output differs:\n got  %x\n want %x", out, want)
-			}
-			for r := range before {
-				d := sumPerCPU(t, o.Reasons, uint32(r)) - before[r]
-				var wantD uint64
-				if f.verdict == verdictPass && Reason(r) == f.reason {
-					wantD = 1
-				}
-				if d != wantD {
-					t.Errorf("reason %s moved by %d, want %d", Reason(r), d, wantD)
-				}
-			}
-			ra := ruleSum(t, o.RuleStats, f.rule)
-			if f.verdict == verdictRedirect {
-				if ra.Packets != rb.Packets+1 || ra.Bytes != rb.Bytes+uint64(len(f.out)) {
-					t.Errorf("rule %d counters %+v -> %+v, want +1 packet, +%d bytes", f.rule, rb, ra, len(f.out))
-				}
-			}
-		})
+		}
+		t.Fatalf("verdict %d (reason %s), want %d", int32(ret), r, int32(verdict))
+	}
+	want := f.in
+	if f.verdict == verdictRedirect {
+		want = f.out
+	}
+	if out := out[:len(want)]; !bytes.Equal(out, want) {
+		t.Errorf("output differs:\n got  %x\n want %x", out, want)
+	}
+	for r := range before {
+		d := sumPerCPU(t, o.Reasons, uint32(r)) - before[r]
+		var wantD uint64
+		if f.verdict == verdictPass && Reason(r) == f.reason {
+			wantD = 1
+		}
+		if d != wantD {
+			t.Errorf("reason %s moved by %d, want %d", Reason(r), d, wantD)
+		}
+	}
+	ra := ruleSum(t, o.RuleStats, f.rule)
+	if f.verdict == verdictRedirect {
+		if ra.Packets != rb.Packets+1 || ra.Bytes != rb.Bytes+uint64(len(f.out)) {
+			t.Errorf("rule %d counters %+v -> %+v, want +1 packet, +%d bytes", f.rule, rb, ra, len(f.out))
+		}
 	}
 }
 
