@@ -41,6 +41,7 @@ type AgentArgs struct {
 	DstPort  int           // inject: sink port
 	Flows    int           // inject: number of background flows
 	Count    int64         // sink, inject: finish after this many packets (0: no limit)
+	Sched    string        // inject, tcpflood: scheduling class (BgSchedNormal, BgSchedIdle)
 }
 
 // Argv renders the args as the agent command line.
@@ -49,7 +50,7 @@ func (a AgentArgs) Argv(self string) []string {
 		"-proto", a.Proto, "-addr", a.Addr, "-size", fmt.Sprint(a.Size),
 		"-rate", fmt.Sprint(a.Rate), "-duration", a.Duration.String(), "-warmup", a.Warmup.String(),
 		"-dev", a.Dev, "-path", a.Path, "-vni", fmt.Sprint(a.VNI), "-port", fmt.Sprint(a.Port),
-		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count)}
+		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count), "-sched", a.Sched}
 }
 
 // AgentMain parses an agent command line (ROLE then flags, as Argv
@@ -75,6 +76,7 @@ func AgentMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&a.DstPort, "dst-port", 9000, "")
 	fs.IntVar(&a.Flows, "flows", 1, "")
 	fs.Int64Var(&a.Count, "count", 0, "")
+	fs.StringVar(&a.Sched, "sched", BgSchedNormal, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("agent %s: %w", a.Role, err)
 	}
@@ -157,16 +159,17 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 		ready()
 		return emit(RunTCPSink(ctx, ln, a.Size))
 	case "tcpflood":
+		if err := setSched(a.Sched); err != nil {
+			return err
+		}
 		conn, err := net.Dial("tcp4", a.Addr)
 		if err != nil {
 			return fmt.Errorf("tcp flood connect %s: %w", a.Addr, err)
 		}
 		return emit(RunTCPFlood(ctx, conn, a.Rate, a.Size, a.Duration, ready))
 	case "inject":
-		if os.Getenv("RXLANE_BG_IDLE") == "1" {
-			if err := schedIdleSelf(); err != nil {
-				return err
-			}
+		if err := setSched(a.Sched); err != nil {
+			return err
 		}
 		frames := BackgroundFrames(a.Path, a.VNI, a.Port, a.DstPort, a.Size, a.Flows)
 		in, err := NewInjector(a.Dev, frames, 16)

@@ -116,6 +116,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"bg-rate":  func(o *LatencyOptions) { o.BgRate = 0 },
 		"paths":    func(o *LatencyOptions) { o.Paths = []string{"moon"} },
 		"loads":    func(o *LatencyOptions) { o.Loads = []string{"heavy"} },
+		"bg-sched": func(o *LatencyOptions) { o.BgSched = "realtime" },
 	} {
 		o := base
 		mod(&o)

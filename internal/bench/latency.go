@@ -41,6 +41,10 @@ type LatencyOptions struct {
 	BgSize   int     // background UDP payload, bytes
 	BgFlows  int
 	BgProto  string // udp: injected frames; tcp: a paced TCP stream
+	// BgSched is the background generator's scheduling class: normal, or
+	// idle (SCHED_IDLE: it gets only the CPU time the measured
+	// applications leave, as a generator on another machine would).
+	BgSched  string
 	Paths    []string
 	Loads    []string
 	HoldQoS  bool // hold /dev/cpu_dma_latency at 0 during the run
@@ -72,6 +76,8 @@ func (o LatencyOptions) Validate() error {
 		return fmt.Errorf("bg-size %d: want 1..1400 bytes", o.BgSize)
 	case o.BgProto != "udp" && o.BgProto != "tcp":
 		return fmt.Errorf("bg-proto %q: want udp or tcp", o.BgProto)
+	case o.BgSched != "" && o.BgSched != BgSchedNormal && o.BgSched != BgSchedIdle:
+		return fmt.Errorf("bg-sched %q: want %s or %s", o.BgSched, BgSchedNormal, BgSchedIdle)
 	case o.BgFlows < 1 || o.BgFlows > 1024:
 		return fmt.Errorf("bg-flows %d: want 1..1024", o.BgFlows)
 	case len(o.Paths) == 0 || len(o.Loads) == 0:
@@ -156,6 +162,7 @@ type OptionsJSON struct {
 	BgSize     int     `json:"bg_size"`
 	BgFlows    int     `json:"bg_flows"`
 	BgProto    string  `json:"bg_proto"`
+	BgSched    string  `json:"bg_sched"`
 }
 
 // RTTs returns the merged round-trip times of a case, in ns.
@@ -331,13 +338,13 @@ func startBackground(tb testbed.Config, o LatencyOptions, path string) (sink, ge
 		if sink, err = startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "tcpsink", Addr: dst, Size: o.BgSize}); err != nil {
 			return nil, nil, err
 		}
-		gen, err = startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "tcpflood", Addr: dst, Size: o.BgSize, Rate: o.BgRate, Duration: dur})
+		gen, err = startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "tcpflood", Addr: dst, Size: o.BgSize, Rate: o.BgRate, Duration: dur, Sched: o.BgSched})
 	} else {
 		if sink, err = startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)}); err != nil {
 			return nil, nil, err
 		}
 		gen, err = startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", Dev: testbed.WireA, Path: path,
-			VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: dur})
+			VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: dur, Sched: o.BgSched})
 	}
 	if err != nil {
 		sink.kill()
@@ -396,8 +403,11 @@ func progress(w io.Writer, format string, args ...any) {
 
 // optionsJSON is the stable JSON form of the options.
 func (o LatencyOptions) optionsJSON() OptionsJSON {
+	if o.BgSched == "" {
+		o.BgSched = BgSchedNormal
+	}
 	return OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
-		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto}
+		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto, BgSched: o.BgSched}
 }
 
 // holdQoS holds /dev/cpu_dma_latency at 0 when want is set, and reports

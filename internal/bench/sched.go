@@ -8,14 +8,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// schedIdleSelf puts every thread of this process under SCHED_IDLE;
+// Background generator scheduling classes.
+const (
+	BgSchedNormal = "normal"
+	BgSchedIdle   = "idle"
+)
+
+func setSched(class string) error {
+	switch class {
+	case BgSchedNormal, "":
+		return nil
+	case BgSchedIdle:
+		return schedIdle(os.Getpid())
+	}
+	return fmt.Errorf("unknown scheduling class %q", class)
+}
+
+// schedIdle puts every thread of process pid under SCHED_IDLE;
 // threads started later inherit it from their creator. The background
 // generator stands in for other machines: with SCHED_IDLE it gets only the
 // CPU time the measured applications (prober, echo server) leave, as it
 // would if it ran elsewhere. Softirq work its sends trigger is not
 // affected (softirqs have no scheduling class).
-func schedIdleSelf() error {
-	ents, err := os.ReadDir("/proc/self/task")
+func schedIdle(pid int) error {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return fmt.Errorf("list threads: %w", err)
 	}
