@@ -79,6 +79,37 @@ static __always_inline int lost(__u32 reason)
 	return TC_ACT_SHOT;
 }
 
+/* deliver writes the inner frame's MACs (and, routed, what forwarding
+ * changes) and hands it to the endpoint's veth peer, counting it. The
+ * frame starts at skb->data with its Ethernet header. */
+static __always_inline int deliver(struct __sk_buff *skb, const struct lanes_cls *c)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return lost(R_DECAP_DROP);
+	__builtin_memcpy(eth->h_dest, c->dst_mac, 6);
+	__builtin_memcpy(eth->h_source, c->src_mac, 6);
+	if (c->routed && !lanes_forward(eth + 1, data_end, c))
+		return lost(R_DECAP_DROP);
+
+	__u32 len = skb->len;
+	long ret = lanes_redirect_peer(c->ifindex, 0);
+	struct lanes_rule_stats *rs = bpf_map_lookup_elem(&rule_stats, &c->rule);
+	if (ret != TC_ACT_REDIRECT) {
+		if (rs)
+			rs->redirect_fail++;
+		return lost(R_DECAP_DROP);
+	}
+	if (rs) {
+		rs->packets++;
+		rs->bytes += len;
+	}
+	count_lane(LANE_HIGH, len);
+	return ret;
+}
+
 SEC("tc")
 int lanes_ingress(struct __sk_buff *skb)
 {
@@ -118,26 +149,43 @@ int lanes_ingress(struct __sk_buff *skb)
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return lost(R_DECAP_DROP);
-	__builtin_memcpy(eth->h_dest, c.dst_mac, 6);
-	__builtin_memcpy(eth->h_source, c.src_mac, 6);
 	eth->h_proto = inner_proto;
-	if (c.routed && !lanes_forward(eth + 1, data_end, &c))
-		return lost(R_DECAP_DROP);
+	return deliver(skb, &c);
+}
 
-	__u32 len = skb->len;
-	long ret = lanes_redirect_peer(c.ifindex, 0);
-	struct lanes_rule_stats *rs = bpf_map_lookup_elem(&rule_stats, &c.rule);
-	if (ret != TC_ACT_REDIRECT) {
-		if (rs)
-			rs->redirect_fail++;
-		return lost(R_DECAP_DROP);
-	}
-	if (rs) {
-		rs->packets++;
-		rs->bytes += len;
-	}
-	count_lane(LANE_HIGH, len);
-	return ret;
+/* lanes_tunnel: --mode sync where the VXLAN device's underlay is in another
+ * namespace (Docker's overlay: vxlan and bridge in a sandbox namespace,
+ * the UDP socket in the host's). tc ingress on the VXLAN device itself
+ * sees the inner frame after the kernel decapsulated it and its gro_cells
+ * queue ran; high-priority frames to a local endpoint skip the bridge and
+ * the backlog queue and go straight to the container's veth peer. The
+ * frame is unchanged (bridged) or forwarded as routing would (routed). */
+SEC("tc")
+int lanes_tunnel(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	__u32 ifindex = skb->ifindex;
+	__u32 *vni = bpf_map_lookup_elem(&tunnel_vnis, &ifindex);
+	struct lanes_vni_cfg *cfg = vni ? bpf_map_lookup_elem(&vnis, vni) : NULL;
+	if (!vni || !cfg)
+		return fallback(skb, R_UNKNOWN_VNI);
+	if (skb->vlan_present)
+		return fallback(skb, R_VLAN);
+	if (skb->gso_segs > 1 || skb->gso_size)
+		return fallback(skb, R_GSO);
+	if ((void *)(eth + 1) > data_end)
+		return fallback(skb, R_TRUNCATED);
+	struct lanes_meta meta = {.len = skb->len};
+	struct lanes_cls c = {};
+	int r = lanes_classify_inner(eth, data_end, 0, &meta, *vni, cfg, &c);
+	if (r >= 0)
+		return fallback(skb, r);
+	/* eth_type_trans on the VXLAN device marked a frame for a container
+	 * PACKET_OTHERHOST; the peer redirect scrubs the packet, which makes
+	 * it PACKET_HOST, as the container's veth would. */
+	return deliver(skb, &c);
 }
 
 /* lanes_xdp: --mode queue. Low-priority and not-understood packets get

@@ -132,111 +132,21 @@ struct lanes_cls {
 	__u8 routed;
 };
 
-/* lanes_classify returns -1 for a high-priority packet the lane may take
- * (c filled in) or the reason it takes the normal path. */
-static __always_inline int lanes_classify(void *data, void *data_end, const struct lanes_meta *meta, struct lanes_cls *c)
+/* lanes_classify_inner classifies the inner frame at ieth (its first
+ * bytes checked by the caller), inner_eth_off bytes into the packet, of a
+ * tunnel whose VNI and configuration the caller found. Returns -1 for a
+ * high-priority packet to a known endpoint (c filled in, except the outer
+ * fields) or the reason it takes the normal path. */
+static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_end, __u32 inner_eth_off,
+						const struct lanes_meta *meta, __u32 vni,
+						const struct lanes_vni_cfg *cfg, struct lanes_cls *c)
 {
-	struct ethhdr *eth = data;
-	struct lanes_lpm_key addr = {.prefixlen = 128};
-	struct lanes_vtep_key peer = {};
-	__u32 outer_l3_len;
-	bool outer_v6;
-	void *l4;
-
-	/* Outer Ethernet. */
-	if ((void *)(eth + 1) > data_end)
-		return R_TRUNCATED;
-	if (meta->vlan_present || eth->h_proto == bpf_htons(ETH_P_8021Q) || eth->h_proto == bpf_htons(ETH_P_8021AD))
-		return R_VLAN;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) > data_end)
-			return R_TRUNCATED;
-		if (ip->version != 4)
-			return R_MALFORMED;
-		if (ip->ihl != 5)
-			return R_IP_OPTIONS;
-		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-			return R_FRAGMENT;
-		if (ip->protocol != IPPROTO_UDP)
-			return R_NOT_VXLAN;
-		if (bpf_ntohs(ip->tot_len) + sizeof(*eth) > meta->len)
-			return R_TRUNCATED;
-		/* ip_rcv has not run yet: check the header checksum here. */
-		__u16 *w = (void *)ip;
-		__u32 sum = 0;
-#pragma unroll
-		for (int i = 0; i < 10; i++)
-			sum += w[i];
-		sum = (sum & 0xffff) + (sum >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		if (sum != 0xffff)
-			return R_OUTER_CSUM;
-		v4_mapped(addr.addr, ip->daddr);
-		v4_mapped(peer.addr, ip->saddr);
-		outer_l3_len = sizeof(*ip);
-		outer_v6 = false;
-		l4 = ip + 1;
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-		if ((void *)(ip6 + 1) > data_end)
-			return R_TRUNCATED;
-		if (ip6->version != 6)
-			return R_MALFORMED;
-		if (ip6->nexthdr != IPPROTO_UDP)
-			return ipv6_ext(ip6->nexthdr) ? R_IPV6_EXT : R_NOT_VXLAN;
-		if (bpf_ntohs(ip6->payload_len) + sizeof(*ip6) + sizeof(*eth) > meta->len)
-			return R_TRUNCATED;
-		__builtin_memcpy(addr.addr, ip6->daddr, 16);
-		__builtin_memcpy(peer.addr, ip6->saddr, 16);
-		outer_l3_len = sizeof(*ip6);
-		outer_v6 = true;
-		l4 = ip6 + 1;
-	} else {
-		return R_NON_IP;
-	}
-
-	/* Outer UDP and VXLAN. */
-	struct udphdr *udp = l4;
-	if ((void *)(udp + 1) > data_end)
-		return R_TRUNCATED;
-	__u16 port = bpf_ntohs(udp->dest);
-	if (!bpf_map_lookup_elem(&vxlan_ports, &port))
-		return R_NOT_VXLAN;
-	if (!meta->pkt_host || !bpf_map_lookup_elem(&local_addrs, &addr))
-		return R_NOT_HOST;
-	struct vxlanhdr *vx = (void *)(udp + 1);
-	if ((void *)(vx + 1) > data_end)
-		return R_TRUNCATED;
-	if (vx->vx_flags != bpf_htonl(VXLAN_HF_VNI) || (vx->vx_vni & bpf_htonl(0xff)))
-		return R_VXLAN_FLAGS;
-	__u32 vni = bpf_ntohl(vx->vx_vni) >> 8;
-	struct lanes_vni_cfg *cfg = bpf_map_lookup_elem(&vnis, &vni);
-	if (!cfg)
-		return R_UNKNOWN_VNI;
-	if (cfg->port != udp->dest)
-		return R_NOT_VXLAN;
-	peer.vni = vni;
-	if (!bpf_map_lookup_elem(&vteps, &peer))
-		return R_UNKNOWN_VTEP;
-	/* The normal path verifies a set outer UDP checksum; the lane only
-	 * takes packets whose checksum is absent or may be accepted. */
-	if (udp->check && !meta->csum_ok)
-		return R_OUTER_CSUM;
-	if (meta->gso)
-		return R_GSO;
-
-	/* Inner Ethernet. */
-	struct ethhdr *ieth = (void *)(vx + 1);
-	if ((void *)(ieth + 1) > data_end)
-		return R_TRUNCATED;
 	if (ieth->h_proto == bpf_htons(ETH_P_8021Q) || ieth->h_proto == bpf_htons(ETH_P_8021AD))
 		return R_VLAN;
 	if (ieth->h_dest[0] & 1)
 		return R_DST_MAC;
 
 	struct inner in = {};
-	__u32 inner_eth_off = sizeof(*eth) + outer_l3_len + sizeof(*udp) + sizeof(*vx);
 	in.l3_off = inner_eth_off + sizeof(*ieth);
 	int r;
 	if (ieth->h_proto == bpf_htons(ETH_P_IP)) {
@@ -338,11 +248,115 @@ static __always_inline int lanes_classify(void *data, void *data_end, const stru
 			return R_TTL;
 	}
 	c->ifindex = ep->ifindex;
+	c->inner_v6 = in.v6;
+	c->routed = routed;
+	return -1;
+}
+
+/* lanes_classify returns -1 for a high-priority packet the lane may take
+ * (c filled in) or the reason it takes the normal path. */
+static __always_inline int lanes_classify(void *data, void *data_end, const struct lanes_meta *meta, struct lanes_cls *c)
+{
+	struct ethhdr *eth = data;
+	struct lanes_lpm_key addr = {.prefixlen = 128};
+	struct lanes_vtep_key peer = {};
+	__u32 outer_l3_len;
+	bool outer_v6;
+	void *l4;
+
+	/* Outer Ethernet. */
+	if ((void *)(eth + 1) > data_end)
+		return R_TRUNCATED;
+	if (meta->vlan_present || eth->h_proto == bpf_htons(ETH_P_8021Q) || eth->h_proto == bpf_htons(ETH_P_8021AD))
+		return R_VLAN;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > data_end)
+			return R_TRUNCATED;
+		if (ip->version != 4)
+			return R_MALFORMED;
+		if (ip->ihl != 5)
+			return R_IP_OPTIONS;
+		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+			return R_FRAGMENT;
+		if (ip->protocol != IPPROTO_UDP)
+			return R_NOT_VXLAN;
+		if (bpf_ntohs(ip->tot_len) + sizeof(*eth) > meta->len)
+			return R_TRUNCATED;
+		/* ip_rcv has not run yet: check the header checksum here. */
+		__u16 *w = (void *)ip;
+		__u32 sum = 0;
+#pragma unroll
+		for (int i = 0; i < 10; i++)
+			sum += w[i];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		if (sum != 0xffff)
+			return R_OUTER_CSUM;
+		v4_mapped(addr.addr, ip->daddr);
+		v4_mapped(peer.addr, ip->saddr);
+		outer_l3_len = sizeof(*ip);
+		outer_v6 = false;
+		l4 = ip + 1;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > data_end)
+			return R_TRUNCATED;
+		if (ip6->version != 6)
+			return R_MALFORMED;
+		if (ip6->nexthdr != IPPROTO_UDP)
+			return ipv6_ext(ip6->nexthdr) ? R_IPV6_EXT : R_NOT_VXLAN;
+		if (bpf_ntohs(ip6->payload_len) + sizeof(*ip6) + sizeof(*eth) > meta->len)
+			return R_TRUNCATED;
+		__builtin_memcpy(addr.addr, ip6->daddr, 16);
+		__builtin_memcpy(peer.addr, ip6->saddr, 16);
+		outer_l3_len = sizeof(*ip6);
+		outer_v6 = true;
+		l4 = ip6 + 1;
+	} else {
+		return R_NON_IP;
+	}
+
+	/* Outer UDP and VXLAN. */
+	struct udphdr *udp = l4;
+	if ((void *)(udp + 1) > data_end)
+		return R_TRUNCATED;
+	__u16 port = bpf_ntohs(udp->dest);
+	if (!bpf_map_lookup_elem(&vxlan_ports, &port))
+		return R_NOT_VXLAN;
+	if (!meta->pkt_host || !bpf_map_lookup_elem(&local_addrs, &addr))
+		return R_NOT_HOST;
+	struct vxlanhdr *vx = (void *)(udp + 1);
+	if ((void *)(vx + 1) > data_end)
+		return R_TRUNCATED;
+	if (vx->vx_flags != bpf_htonl(VXLAN_HF_VNI) || (vx->vx_vni & bpf_htonl(0xff)))
+		return R_VXLAN_FLAGS;
+	__u32 vni = bpf_ntohl(vx->vx_vni) >> 8;
+	struct lanes_vni_cfg *cfg = bpf_map_lookup_elem(&vnis, &vni);
+	if (!cfg)
+		return R_UNKNOWN_VNI;
+	if (cfg->port != udp->dest)
+		return R_NOT_VXLAN;
+	peer.vni = vni;
+	if (!bpf_map_lookup_elem(&vteps, &peer))
+		return R_UNKNOWN_VTEP;
+	/* The normal path verifies a set outer UDP checksum; the lane only
+	 * takes packets whose checksum is absent or may be accepted. */
+	if (udp->check && !meta->csum_ok)
+		return R_OUTER_CSUM;
+	if (meta->gso)
+		return R_GSO;
+
+	/* Inner Ethernet. */
+	struct ethhdr *ieth = (void *)(vx + 1);
+	if ((void *)(ieth + 1) > data_end)
+		return R_TRUNCATED;
+	int r = lanes_classify_inner(ieth, data_end, sizeof(*eth) + outer_l3_len + sizeof(*udp) + sizeof(*vx), meta, vni, cfg, c);
+	if (r >= 0)
+		return r;
 	c->outer_l3_len = outer_l3_len;
 	c->pop = outer_l3_len + sizeof(*udp) + sizeof(*vx);
 	c->outer_v6 = outer_v6;
-	c->inner_v6 = in.v6;
-	c->routed = routed;
 	return -1;
 }
 

@@ -84,6 +84,16 @@ struct {
 	__type(value, __u64);
 } dev_macs SEC(".maps");
 
+/* ifindex of a VXLAN device -> its VNI: lanes_tunnel, attached to the
+ * tunnel device itself where the underlay is in another namespace
+ * (Docker's overlay sandbox). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} tunnel_vnis SEC(".maps");
+
 /* Counters. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -150,8 +150,7 @@ func mapsOf(prog *ebpf.Program) (*lanesMaps, error) {
 	var o lanesMaps
 	for name, dst := range map[string]**ebpf.Map{
 		"dst_masks": &o.DstMasks, "src_masks": &o.SrcMasks, "port_masks": &o.PortMasks,
-		"proto_masks": &o.ProtoMasks, "vnis": &o.Vnis, "vxlan_ports": &o.VxlanPorts,
-		"local_addrs": &o.LocalAddrs, "vteps": &o.Vteps, "endpoints": &o.Endpoints,
+		"proto_masks": &o.ProtoMasks, "vnis": &o.Vnis, "endpoints": &o.Endpoints,
 		"reasons": &o.Reasons, "rule_stats": &o.RuleStats, "lane_stats": &o.LaneStats,
 	} {
 		m, ok := byName[name]
@@ -161,8 +160,11 @@ func mapsOf(prog *ebpf.Program) (*lanesMaps, error) {
 		}
 		*dst = m
 	}
-	// Only lanes_xdp uses dev_macs: the tc program does not hold it.
-	o.DevMacs = byName["dev_macs"]
+	// Maps only some programs use: the outer headers' (not lanes_tunnel),
+	// dev_macs (only lanes_xdp), tunnel_vnis (only lanes_tunnel). A map
+	// no attached program holds is gone; writers skip nil maps.
+	o.VxlanPorts, o.LocalAddrs, o.Vteps = byName["vxlan_ports"], byName["local_addrs"], byName["vteps"]
+	o.DevMacs, o.TunnelVnis = byName["dev_macs"], byName["tunnel_vnis"]
 	return &o, nil
 }
 
@@ -190,24 +192,12 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		if len(topo.Tunnels) == 0 {
 			return errNoTunnel
 		}
-		var devs []string
-		if o.Device != "" {
-			if _, err := netlink.LinkByName(o.Device); err != nil {
-				return fmt.Errorf("unknown device %q: %w", o.Device, err)
-			}
-			devs = []string{o.Device}
-		} else {
-			for _, t := range topo.Tunnels {
-				if t.Underlay != "" && !slices.Contains(devs, t.Underlay) {
-					devs = append(devs, t.Underlay)
-				}
-			}
-			if len(devs) == 0 {
-				return errors.New("no underlay device found for the VXLAN devices: pass --dev")
-			}
+		devs, tunnelDevs, err := attachPoints(o, topo, mode)
+		if err != nil {
+			return err
 		}
 		tables := policy.Compile(rules)
-		if m, prog, err := openAttached(devs); err == nil {
+		if m, prog, err := openAttached(append(devs, tunnelDevs...)); err == nil {
 			defer prog.Close()
 			defer m.Close()
 			if err := writeTopology(m, topo, tables, o.Force); err != nil {
@@ -274,6 +264,16 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 				return err
 			}
 		}
+		for _, d := range tunnelDevs {
+			a, err := attach(d, objs.LanesTunnel)
+			if a.Device != "" {
+				st.Attachments = append(st.Attachments, a)
+			}
+			if err != nil {
+				undo()
+				return err
+			}
+		}
 		if err := saveState(o.StateFile, st); err != nil {
 			undo()
 			return err
@@ -281,6 +281,41 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		return nil
 	})
 	return topo, err
+}
+
+// attachPoints chooses where the lane attaches: the underlay device of
+// every tunnel (or --dev), and, in sync mode, the VXLAN device itself for
+// a bridged tunnel whose underlay is not in this namespace (Docker's
+// overlay: vxlan and bridge in a sandbox namespace; the VXLAN UDP socket
+// stays in the host's). There the lane starts after the kernel's decap
+// and gro_cells queue and still skips the bridge and the backlog queue.
+func attachPoints(o Options, topo Topology, mode string) (devs, tunnelDevs []string, err error) {
+	if o.Device != "" {
+		if _, err := netlink.LinkByName(o.Device); err != nil {
+			return nil, nil, fmt.Errorf("unknown device %q: %w", o.Device, err)
+		}
+		return []string{o.Device}, nil, nil
+	}
+	for _, t := range topo.Tunnels {
+		switch {
+		case t.Underlay != "":
+			if !slices.Contains(devs, t.Underlay) {
+				devs = append(devs, t.Underlay)
+			}
+		case t.Routed:
+			// Routed layouts (Flannel, Calico) keep the tunnel in the
+			// host namespace with its underlay; one without is not
+			// served.
+		case mode == ModeQueue:
+			return nil, nil, fmt.Errorf("VXLAN device %s has no underlay in this namespace (a Docker overlay sandbox?): mode queue needs XDP on the underlay; use mode sync, which attaches to %s itself", t.Name, t.Name)
+		default:
+			tunnelDevs = append(tunnelDevs, t.Name)
+		}
+	}
+	if len(devs) == 0 && len(tunnelDevs) == 0 {
+		return nil, nil, errors.New("no underlay device found for the VXLAN devices: pass --dev")
+	}
+	return devs, tunnelDevs, nil
 }
 
 // attach attaches the sync lane to dev's tc ingress.

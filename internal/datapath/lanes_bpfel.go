@@ -77,10 +77,12 @@ const (
 	lanesMapReasons         = "reasons"
 	lanesMapRuleStats       = "rule_stats"
 	lanesMapSrcMasks        = "src_masks"
+	lanesMapTunnelVnis      = "tunnel_vnis"
 	lanesMapVnis            = "vnis"
 	lanesMapVteps           = "vteps"
 	lanesMapVxlanPorts      = "vxlan_ports"
 	lanesProgLanesIngress   = "lanes_ingress"
+	lanesProgLanesTunnel    = "lanes_tunnel"
 	lanesProgLanesXdp       = "lanes_xdp"
 	lanesVarTrustOuterCsum  = "trust_outer_csum"
 	lanesVarUnusedEpKind    = "unused_ep_kind"
@@ -135,6 +137,7 @@ type lanesSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanesProgramSpecs struct {
 	LanesIngress *ebpf.ProgramSpec `ebpf:"lanes_ingress"`
+	LanesTunnel  *ebpf.ProgramSpec `ebpf:"lanes_tunnel"`
 	LanesXdp     *ebpf.ProgramSpec `ebpf:"lanes_xdp"`
 }
 
@@ -152,6 +155,7 @@ type lanesMapSpecs struct {
 	Reasons    *ebpf.MapSpec `ebpf:"reasons"`
 	RuleStats  *ebpf.MapSpec `ebpf:"rule_stats"`
 	SrcMasks   *ebpf.MapSpec `ebpf:"src_masks"`
+	TunnelVnis *ebpf.MapSpec `ebpf:"tunnel_vnis"`
 	Vnis       *ebpf.MapSpec `ebpf:"vnis"`
 	Vteps      *ebpf.MapSpec `ebpf:"vteps"`
 	VxlanPorts *ebpf.MapSpec `ebpf:"vxlan_ports"`
@@ -201,6 +205,7 @@ type lanesMaps struct {
 	Reasons    *ebpf.Map `ebpf:"reasons"`
 	RuleStats  *ebpf.Map `ebpf:"rule_stats"`
 	SrcMasks   *ebpf.Map `ebpf:"src_masks"`
+	TunnelVnis *ebpf.Map `ebpf:"tunnel_vnis"`
 	Vnis       *ebpf.Map `ebpf:"vnis"`
 	Vteps      *ebpf.Map `ebpf:"vteps"`
 	VxlanPorts *ebpf.Map `ebpf:"vxlan_ports"`
@@ -218,6 +223,7 @@ func (m *lanesMaps) Close() error {
 		m.Reasons,
 		m.RuleStats,
 		m.SrcMasks,
+		m.TunnelVnis,
 		m.Vnis,
 		m.Vteps,
 		m.VxlanPorts,
@@ -243,12 +249,14 @@ type lanesVariables struct {
 // It can be passed to loadLanesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanesPrograms struct {
 	LanesIngress *ebpf.Program `ebpf:"lanes_ingress"`
+	LanesTunnel  *ebpf.Program `ebpf:"lanes_tunnel"`
 	LanesXdp     *ebpf.Program `ebpf:"lanes_xdp"`
 }
 
 func (p *lanesPrograms) Close() error {
 	return _LanesClose(
 		p.LanesIngress,
+		p.LanesTunnel,
 		p.LanesXdp,
 	)
 }

@@ -75,6 +75,9 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // syncHash makes a hash map hold exactly want: put everything, delete the
 // rest.
 func syncHash[K comparable, V any](m *ebpf.Map, want map[K]V) error {
+	if m == nil {
+		return nil // a map no attached program uses (see mapsOf)
+	}
 	var k K
 	var v V
 	var stale []K
@@ -110,8 +113,10 @@ func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, force bool) err
 	vnis := map[uint32]vniConfig{}
 	ports := map[uint16]uint32{}
 	vteps := map[vtepKey]uint32{}
+	tunnels := map[uint32]uint32{}
 	routed := map[uint32]bool{}
 	for _, tn := range topo.Tunnels {
+		tunnels[uint32(tn.Ifindex)] = tn.VNI
 		fwd := uint32(fwdBridge)
 		if tn.Routed {
 			fwd = fwdRouted
@@ -154,6 +159,7 @@ func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, force bool) err
 		{"endpoints", func() error { return syncHash(o.Endpoints, eps) }},
 		{"vtep peers", func() error { return syncHash(o.Vteps, vteps) }},
 		{"vxlan ports", func() error { return syncHash(o.VxlanPorts, ports) }},
+		{"tunnel devices", func() error { return syncHash(o.TunnelVnis, tunnels) }},
 		{"vnis", func() error { return syncHash(o.Vnis, vnis) }},
 	} {
 		if err := s.fn(); err != nil {

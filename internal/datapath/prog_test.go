@@ -379,3 +379,33 @@ func TestPolicyRuntimeChange(t *testing.T) {
 		t.Fatalf("stale dst entry %+v", k)
 	}
 }
+
+// TestTunnelFixtures runs inner frames through lanes_tunnel (attached to a
+// VXLAN device whose underlay is elsewhere: Docker's overlay sandbox), as
+// the VXLAN device of VNI 42 (BPF_PROG_TEST_RUN runs tc programs on lo).
+func TestTunnelFixtures(t *testing.T) {
+	o := loadFixture(t)
+	if err := o.TunnelVnis.Put(uint32(1), uint32(42)); err != nil {
+		t.Fatal(err)
+	}
+	u4 := innerUDP4("198.19.0.2", 7000, 64)
+	v6tcp := eth(ctbMAC, ctaMAC, 0x86dd, ip6("fd19::1", "fd19::2", 6, 64, tcp(5555, 8005, pattern(20))))
+	h := hook{"tunnel", o.LanesTunnel, verdictRedirect, verdictPass}
+	for _, f := range []fixture{
+		{name: "match udp v4", in: u4, verdict: verdictRedirect, out: u4, rule: 0},
+		{name: "match tcp v6", in: v6tcp, verdict: verdictRedirect, out: v6tcp, rule: 1},
+		{name: "miss port", in: innerUDP4("198.19.0.2", 7001, 64), verdict: verdictPass, reason: ReasonNoMatch},
+		{name: "inner vlan", in: eth(ctbMAC, ctaMAC, 0x8100, vlan(5, 0x0800, ip4("198.19.0.1", "198.19.0.2", 17, v4opts{}, udp(1, 7000, 0, nil)))), verdict: verdictPass, reason: ReasonVLAN},
+		{name: "inner fragment", in: eth(ctbMAC, ctaMAC, 0x0800, ip4("198.19.0.1", "198.19.0.2", 17, v4opts{fragOff: 0x2000}, udp(1, 7000, 0, pattern(16)))), verdict: verdictPass, reason: ReasonFragment},
+		{name: "no endpoint", in: eth(ctaMAC, ctbMAC, 0x0800, ip4("198.19.0.1", "198.19.0.2", 17, v4opts{}, udp(1, 7000, 0, nil))), verdict: verdictPass, reason: ReasonNoEndpoint},
+		{name: "truncated", in: u4[:14+20+4], verdict: verdictPass, reason: ReasonTruncated},
+		{name: "inner arp", in: eth(ctbMAC, ctaMAC, 0x0806, pattern(28)), verdict: verdictPass, reason: ReasonInnerNonIP},
+	} {
+		t.Run(f.name, func(t *testing.T) { runFixture(t, o, h, f) })
+	}
+	// A device that is not a known tunnel: everything passes.
+	if err := o.TunnelVnis.Delete(uint32(1)); err != nil {
+		t.Fatal(err)
+	}
+	runFixture(t, o, h, fixture{name: "unknown device", in: u4, verdict: verdictPass, reason: ReasonUnknownVNI})
+}

@@ -2,6 +2,8 @@ package testbedtest
 
 import (
 	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,14 +13,26 @@ import (
 )
 
 // Snapshot is what "the testbed as it was" means to a datapath test: for
-// every node, every device's flags, MTU, master, attached XDP program and
-// RPS-independent link state, its qdiscs, and its ingress and egress tc
+// every node, every device's flags (not the operational "running", which
+// follows carrier and bridge port states), MTU, master, attached XDP
+// program, its qdiscs, and its ingress and egress tc
 // filters. Two snapshots compare as strings.
 func Snapshot(t testing.TB, tb testbed.Config) string {
 	t.Helper()
 	var b strings.Builder
 	for _, n := range testbed.Nodes {
-		err := netnsrun.Do(testbed.NetnsPath(tb, n), false, func() error {
+		b.WriteString(NetnsSnapshot(t, testbed.NetnsPath(tb, n)))
+	}
+	return b.String()
+}
+
+// NetnsSnapshot is Snapshot for one namespace file.
+func NetnsSnapshot(t testing.TB, nsPath string) string {
+	t.Helper()
+	var b strings.Builder
+	n := filepath.Base(nsPath)
+	{
+		err := netnsrun.Do(nsPath, false, func() error {
 			links, err := netlink.LinkList()
 			if err != nil {
 				return err
@@ -29,7 +43,7 @@ func Snapshot(t testing.TB, tb testbed.Config) string {
 				if a.Xdp != nil && a.Xdp.Attached {
 					xdp = a.Xdp.ProgId
 				}
-				fmt.Fprintf(&b, "%s/%s %s flags=%v mtu=%d master=%d xdp=%d\n", n, a.Name, l.Type(), a.Flags, a.MTU, a.MasterIndex, xdp)
+				fmt.Fprintf(&b, "%s/%s %s flags=%v mtu=%d master=%d xdp=%d\n", n, a.Name, l.Type(), a.Flags&^net.FlagRunning, a.MTU, a.MasterIndex, xdp)
 				qs, err := netlink.QdiscList(l)
 				if err != nil {
 					return err
