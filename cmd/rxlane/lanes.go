@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/rxlane/rxlane/internal/datapath"
 	"github.com/rxlane/rxlane/internal/policy"
@@ -63,7 +64,7 @@ docs/lanes.md.`,
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "/run/rxlane/lanes", "where rules and datapath state are kept")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.AddCommand(newLanesAddCmd(f), newLanesDelCmd(f), newLanesListCmd(f), newLanesEnableCmd(f),
-		newLanesDisableCmd(f), newLanesStatsCmd(f), newLanesSyncCmd(f))
+		newLanesDisableCmd(f), newLanesStatsCmd(f), newLanesSyncCmd(f), newLanesWatchCmd(f))
 	return cmd
 }
 
@@ -236,7 +237,11 @@ func printTopology(w io.Writer, t datapath.Topology, force bool) {
 		if tn.Routed {
 			mode = "routed"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\n", tn.Name, tn.VNI, tn.Port, mode, tn.Underlay, len(tn.Peers))
+		under := tn.Underlay
+		if under == "" {
+			under = "- (not in this namespace: sync lane on " + tn.Name + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\n", tn.Name, tn.VNI, tn.Port, mode, under, len(tn.Peers))
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -297,6 +302,63 @@ func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func newLanesWatchCmd(f *lanesFlags) *cobra.Command {
+	var settle, every string
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Keep the enabled lane's endpoints current as containers come and go (runs until Ctrl-C)",
+		Long: `Listens to link and neighbour (bridge FDB) events of the lane's namespace
+and re-syncs the lane (as 'rxlane lanes sync' does) once they settle, with
+the rules of the state file at that moment; in queue mode it also turns on
+the NAPI of new containers' veths. Prints one line per sync (--json: one
+JSON object per line). Stops on Ctrl-C or SIGTERM, or when the lane is
+disabled; the lane itself keeps running either way.
+
+Examples:
+  rxlane lanes watch --netns rxl-hostB
+  rxlane lanes watch --netns rxl-hostB --every 30s --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nsPath, rulesFile, dpFile, err := f.where()
+			if err != nil {
+				return err
+			}
+			wo := datapath.WatchOptions{}
+			if wo.Settle, err = parseDuration("settle", settle); err != nil {
+				return err
+			}
+			if every != "0" {
+				if wo.Every, err = parseDuration("every", every); err != nil {
+					return err
+				}
+			}
+			out := cmd.OutOrStdout()
+			report := func(topo datapath.Topology, err error) {
+				now := time.Now().Format(time.RFC3339)
+				switch {
+				case f.json && err != nil:
+					writeJSON(out, map[string]any{"time": now, "error": err.Error()})
+				case f.json:
+					writeJSON(out, map[string]any{"time": now, "topology": topo})
+				case err != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s sync failed: %v\n", now, err)
+				default:
+					fmt.Fprintf(out, "%s synced: %d tunnels, %d endpoints\n", now, len(topo.Tunnels), len(topo.Endpoints))
+				}
+			}
+			err = datapath.Watch(cmd.Context(), datapath.Options{Netns: nsPath, StateFile: dpFile}, wo,
+				func() (*policy.Set, error) { return policy.Load(rulesFile) }, report)
+			if errors.Is(err, datapath.ErrNotEnabled) {
+				return errors.New("lanes are not enabled (or were disabled): nothing to watch")
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&settle, "settle", "200ms", "quiet time after events before re-syncing")
+	cmd.Flags().StringVar(&every, "every", "30s", "also re-sync this often without events (0: never)")
+	return cmd
 }
 
 func newLanesStatsCmd(f *lanesFlags) *cobra.Command {

@@ -411,12 +411,39 @@ func ApplyRules(o Options, rules *policy.Set, newIDs ...int) error {
 
 // Sync re-discovers the namespace and updates an enabled lane's tunnels,
 // peers and endpoints (containers that came or went).
+// In queue mode it first turns on the NAPI of new containers' veths (XDP
+// frames can only be queued to those) and records that in the state file,
+// and refreshes the underlays' MACs.
 func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 	err = withAttached(o, func(m *lanesMaps, st *State) error {
 		if topo, err = Discover(); err != nil {
 			return err
 		}
-		return writeTopology(m, topo, policy.Compile(rules), st.Force || o.Force)
+		force := st.Force || o.Force
+		if st.Mode == ModeQueue {
+			var devs []string
+			for _, a := range st.Attachments {
+				devs = append(devs, a.Device)
+			}
+			if err := writeDevMACs(m, devs); err != nil {
+				return err
+			}
+			var served []Endpoint
+			for _, ep := range topo.Endpoints {
+				if ep.Skip == "" || force {
+					served = append(served, ep)
+				}
+			}
+			done, err := enablePeerNAPI(served)
+			st.Peers = append(st.Peers, done...) // saved even on error: disable restores them
+			if serr := saveState(o.StateFile, st); serr != nil {
+				return errors.Join(err, serr)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return writeTopology(m, topo, policy.Compile(rules), force)
 	})
 	return topo, err
 }

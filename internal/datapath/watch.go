@@ -1,0 +1,126 @@
+package datapath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// WatchOptions tune Watch.
+type WatchOptions struct {
+	// Settle is how long the namespace must be quiet after a link or
+	// neighbour event before the lane is re-synced (a container start is
+	// a burst of events).
+	Settle time.Duration
+	// Every re-syncs also without events (a safety net for events lost to
+	// a full netlink socket buffer); 0 disables it.
+	Every time.Duration
+}
+
+// Watch keeps an enabled lane's endpoints, peers and tunnels current: it
+// listens to link and neighbour (bridge FDB) events of the lane's
+// namespace and re-syncs once they settle, with the rules loadRules
+// returns at that moment. report is called after every sync. Watch
+// returns when ctx ends (nil), when the lane is disabled (ErrNotEnabled),
+// or when it cannot listen.
+func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*policy.Set, error), report func(Topology, error)) error {
+	if wo.Settle <= 0 {
+		wo.Settle = 200 * time.Millisecond
+	}
+	st, err := loadState(o.StateFile)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotEnabled
+	}
+	nsPath := st.Netns
+	if o.Netns != "" {
+		nsPath = o.Netns
+	}
+	var ns netns.NsHandle
+	if nsPath != "" {
+		if ns, err = netns.GetFromPath(nsPath); err != nil {
+			return fmt.Errorf("open netns %s: %w", nsPath, err)
+		}
+	} else if ns, err = netns.Get(); err != nil {
+		return err
+	}
+	defer ns.Close()
+
+	done := make(chan struct{})
+	defer close(done)
+	links := make(chan netlink.LinkUpdate, 64)
+	neighs := make(chan netlink.NeighUpdate, 256)
+	subErr := make(chan error, 2)
+	onErr := func(err error) {
+		select {
+		case subErr <- err:
+		default:
+		}
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
+		return fmt.Errorf("listen to link events: %w", err)
+	}
+	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
+		return fmt.Errorf("listen to neighbour events: %w", err)
+	}
+
+	sync := func() error {
+		rules, err := loadRules()
+		if err == nil {
+			var topo Topology
+			topo, err = Sync(o, rules)
+			report(topo, err)
+		} else {
+			report(Topology{}, err)
+		}
+		if errors.Is(err, ErrNotEnabled) {
+			return err
+		}
+		return nil
+	}
+	// Containers may have come or gone before the watch began.
+	if err := sync(); err != nil {
+		return err
+	}
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	var every <-chan time.Time
+	if wo.Every > 0 {
+		t := time.NewTicker(wo.Every)
+		defer t.Stop()
+		every = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-subErr:
+			return fmt.Errorf("netlink events: %w", err)
+		case _, ok := <-links:
+			if !ok {
+				return errors.New("link event stream closed")
+			}
+			settle.Reset(wo.Settle)
+		case _, ok := <-neighs:
+			if !ok {
+				return errors.New("neighbour event stream closed")
+			}
+			settle.Reset(wo.Settle)
+		case <-settle.C:
+			if err := sync(); err != nil {
+				return err
+			}
+		case <-every:
+			if err := sync(); err != nil {
+				return err
+			}
+		}
+	}
+}

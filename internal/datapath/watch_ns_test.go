@@ -1,0 +1,105 @@
+package datapath
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// TestWatchFollowsContainers enables the lane on a testbed, starts the
+// watcher, and plugs a new container into hostB's bridge and then removes
+// it: the lane's endpoints follow both without a manual sync.
+func TestWatchFollowsContainers(t *testing.T) {
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	hostB := filepath.Join("/run/netns", tb.NS(testbed.HostB))
+	opts := Options{Netns: hostB, StateFile: filepath.Join(t.TempDir(), "datapath.json"), Force: true, TrustOuterCsum: true}
+	t.Cleanup(func() { Disable(opts) })
+	var rules policy.Set
+	r, _ := policy.Parse(policy.Spec{Dst: "198.19.0.0/24", Proto: "udp"})
+	if _, err := rules.Add(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Enable(opts, &rules); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan Topology, 64)
+	watchErr := make(chan error, 1)
+	go func() {
+		watchErr <- Watch(ctx, opts, WatchOptions{Settle: 50 * time.Millisecond},
+			func() (*policy.Set, error) { return &rules, nil },
+			func(topo Topology, err error) {
+				if err != nil {
+					t.Errorf("sync: %v", err)
+				}
+				reports <- topo
+			})
+	}()
+	newMAC := net.HardwareAddr{0x02, 0x72, 0x78, 0, 0, 0x33}
+	has := func(topo Topology) bool {
+		return slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return bytes.Equal(e.MAC, newMAC) })
+	}
+	// waitFor reads sync reports until one satisfies want (the deadline
+	// only bounds the test).
+	waitFor := func(what string, want func(Topology) bool) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case topo := <-reports:
+				if want(topo) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("watcher never synced %s", what)
+			}
+		}
+	}
+	waitFor("the initial topology", func(topo Topology) bool { return len(topo.Endpoints) > 0 && !has(topo) })
+
+	ctr := newNamedNS(t)
+	err := inNetns(hostB, func() error {
+		h, err := netns.GetFromPath(ctr)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "vhC", MTU: 1450}, PeerName: "eth0",
+			PeerHardwareAddr: newMAC, PeerNamespace: netlink.NsFd(h)}); err != nil {
+			return err
+		}
+		l, _ := netlink.LinkByName("vhC")
+		br, err := netlink.LinkByName(testbed.BrB)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(l, br); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the new container", has)
+	if err := inNetns(hostB, func() error { return netlink.LinkDel(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "vhC"}}) }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the container's removal", func(topo Topology) bool { return len(topo.Endpoints) > 0 && !has(topo) })
+
+	cancel()
+	if err := <-watchErr; err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+}
