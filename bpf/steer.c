@@ -13,6 +13,11 @@
  * device's RPS (whose map is the CPU set) pick that CPU: RPS takes
  * map[(hash * n) >> 32]. The written hash is never 0 (RPS skips 0).
  *
+ * In-flight guard (RFS's last_qtail idea): a flow-stage's CPU changes only
+ * on a packet all of whose predecessors in the flow have been delivered
+ * (seen by steer_done on the container device) or dropped, so a change of
+ * choice (second choice, threshold crossing, on/off) never reorders.
+ *
  * Fail-open: anything not understood leaves the packet and its hash alone
  * (TC_ACT_UNSPEC), counted by reason. Go side: internal/steer. */
 
@@ -25,6 +30,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const struct steer_flow *unused_flow __attribute__((unused));
 const enum steer_reason *unused_reason __attribute__((unused));
+const struct steer_guard *unused_guard __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -60,6 +66,13 @@ struct {
 	__type(key, struct steer_flow_key);
 	__type(value, struct steer_flow);
 } steer_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, STEER_MAX_FLOWS);
+	__type(key, __u32);
+	__type(value, struct steer_guard);
+} steer_guards SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -148,10 +161,27 @@ static __always_inline bool flow_hash(struct __sk_buff *skb, const struct steer_
 }
 
 /* rps_hash returns a non-zero hash for which RPS over n CPUs picks map
- * position idx: the middle of [idx, idx+1) * 2^32 / n. Go: RPSHash. */
-static __always_inline __u32 rps_hash(__u32 idx, __u32 n)
+ * position idx and whose offset in that position's range carries the
+ * packet number seq: ceil(idx * 2^32 / n) + 1 + seq (16 bits; a range is
+ * at least 2^26 wide for n <= 64). Go: RPSHash. */
+static __always_inline __u32 rps_hash(__u32 idx, __u32 n, __u32 seq)
 {
-	return (__u32)((((__u64)idx * 2 + 1) << 31) / n);
+	__u64 lo = (((__u64)idx << 32) + n - 1) / n;
+	return (__u32)(lo + 1 + (seq & 0xffff));
+}
+
+/* hash_seq is the packet number rps_hash put in hash. Go: HashSeq. */
+static __always_inline __u32 hash_seq(__u32 hash, __u32 n)
+{
+	__u32 idx = (__u32)(((__u64)hash * n) >> 32);
+	__u64 lo = (((__u64)idx << 32) + n - 1) / n;
+	return (__u32)(hash - lo - 1) & 0xffff;
+}
+
+static __always_inline __u32 segs_of(struct __sk_buff *skb)
+{
+	__u32 s = skb->gso_segs;
+	return s ? s : 1;
 }
 
 SEC("tc")
@@ -211,23 +241,101 @@ int steer_ingress(struct __sk_buff *skb)
 			reason = S_SECOND;
 		}
 	}
-	__u32 wh = rps_hash(idx, n);
-	bpf_set_hash(skb, wh);
 	count(reason);
 
-	struct steer_flow_key fk = {.flow_hash = fh, .stage_id = stage};
-	struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &idx);
+	/* Number the packet (entry) or read its number (later stages). */
 	__u64 now = bpf_ktime_get_ns();
+	__u32 segs = segs_of(skb);
+	__u32 last = 0;
+	bool have = false;
+	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
+	if (dev->flags & STEER_DEV_ENTRY) {
+		if (!g) {
+			struct steer_guard ng = {.done_seq = 0xffff};
+			bpf_map_update_elem(&steer_guards, &fh, &ng, BPF_NOEXIST);
+			g = bpf_map_lookup_elem(&steer_guards, &fh);
+		}
+		if (g) {
+			__u32 first = __sync_fetch_and_add(&g->next_seq, segs);
+			last = first + segs - 1;
+			g->last_ns = now;
+			have = true;
+		}
+	} else if (g) {
+		last = hash_seq(skb->hash, n);
+		have = true;
+	}
+	__u32 first = last - segs + 1;
+	/* Every packet before this one delivered (or dropped)? */
+	bool drained = have && ((g->done_seq + 1 - first) & 0xffff) == 0;
+
+	struct steer_flow_key fk = {.flow_hash = fh, .stage_id = stage};
 	struct steer_flow *f = bpf_map_lookup_elem(&steer_flows, &fk);
+	if (!f) {
+		struct steer_flow nf = {};
+		bpf_map_update_elem(&steer_flows, &fk, &nf, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&steer_flows, &fk);
+	}
+	__u32 use = idx;
 	if (f) {
+		__u32 old = f->committed;
+		if (old && old - 1 != idx && old <= n) {
+			bool idle = cfg->idle_ms && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
+			if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
+				f->committed = idx + 1;
+				__sync_fetch_and_add(&f->switches, 1);
+				count(S_SWITCH);
+			} else {
+				use = old - 1;
+				__sync_fetch_and_add(&f->deferred, 1);
+				count(S_DEFERRED);
+			}
+		} else if (!old) {
+			f->committed = idx + 1;
+		}
+	}
+	__u32 wh = rps_hash(use, n, last);
+	bpf_set_hash(skb, wh);
+
+	if (f) {
+		struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &use);
+		struct steer_cpu *w = bpf_map_lookup_elem(&steer_cpus, &idx);
 		__sync_fetch_and_add(&f->packets, 1);
+		if (reason == S_SECOND)
+			__sync_fetch_and_add(&f->second, 1);
+		else if (reason == S_OFF)
+			__sync_fetch_and_add(&f->off, 1);
+		else
+			__sync_fetch_and_add(&f->first, 1);
 		f->last_ns = now;
 		f->cpu = c ? c->cpu : 0;
+		f->want_cpu = w ? w->cpu : 0;
 		f->reason = reason;
 		f->rps_hash = wh;
-	} else {
-		struct steer_flow nf = {.packets = 1, .last_ns = now, .cpu = c ? c->cpu : 0, .reason = reason, .rps_hash = wh};
-		bpf_map_update_elem(&steer_flows, &fk, &nf, BPF_ANY);
 	}
+	return TC_ACT_UNSPEC;
+}
+
+/* steer_done, on the tc ingress of each container device (the last
+ * device of the path, after the last steered queue): records the number
+ * of the flow's last delivered packet for the guard. */
+SEC("tc")
+int steer_done(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
+	if (!cfg || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS)
+		return TC_ACT_UNSPEC;
+	struct steer_dev plain = {};
+	struct steer_ep_key mac = {};
+	__u32 fh = 0;
+	if (!flow_hash(skb, &plain, cfg->vxlan_port, &fh, &mac))
+		return TC_ACT_UNSPEC;
+	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
+	if (!g)
+		return TC_ACT_UNSPEC;
+	g->done_seq = hash_seq(skb->hash, cfg->n_cpus);
+	g->done_ns = bpf_ktime_get_ns();
+	count(S_DONE);
 	return TC_ACT_UNSPEC;
 }

@@ -14,9 +14,12 @@
 #define STEER_F_ON (1U << 0)            /* average load below threshold */
 #define STEER_F_DYNAMIC (1U << 1)       /* two choices; else hash only */
 #define STEER_F_EXCLUDE_FIRST (1U << 2) /* second choice never the first */
+#define STEER_F_NO_GUARD (1U << 3)      /* switch at once (tests: reorders) */
+
 
 /* steer_dev.flags. Go: devByMAC */
 #define STEER_DEV_BY_MAC (1U << 0) /* next stage found by inner dst MAC */
+#define STEER_DEV_ENTRY (1U << 1)  /* first steering point: numbers packets */
 
 /* The one configuration entry. Go twin: steerConfig. */
 struct steer_cfg {
@@ -24,6 +27,10 @@ struct steer_cfg {
 	__u32 threshold;  /* per-CPU load threshold, permille */
 	__u32 flags;      /* STEER_F_* */
 	__u32 vxlan_port; /* UDP port of encapsulated traffic, host order */
+	/* A flow-stage idle this long may switch CPU even if the guard never
+	 * saw its packets delivered (no done hook on its path); 0: never. */
+	__u32 idle_ms;
+	__u32 pad;
 };
 
 /* Position i of the CPU set (ascending, as RPS orders its map).
@@ -57,10 +64,31 @@ struct steer_flow_key {
 struct steer_flow {
 	__u64 packets;
 	__u64 last_ns;
-	__u32 cpu;    /* CPU the next stage was steered to */
-	__u32 reason; /* enum steer_reason of the last packet */
+	__u64 first;    /* packets whose choice was the first choice */
+	__u64 second;   /* ... the second choice */
+	__u64 off;      /* ... off by load (stage left on the current CPU) */
+	__u64 deferred; /* packets kept on the old CPU by the in-flight guard */
+	__u64 switches; /* committed CPU changes */
+	__u32 cpu;      /* CPU the next stage was steered to (committed) */
+	__u32 reason;   /* enum steer_reason of the last packet */
 	__u32 rps_hash; /* the hash written for the next device's RPS */
+	__u32 committed; /* position + 1 of the committed CPU, 0: none yet */
+	__u32 want_cpu;  /* CPU the rule chose for the last packet */
 	__u32 pad;
+};
+
+/* In-flight guard, per flow (RFS's last_qtail idea). The entry program
+ * numbers the flow's packets (16 bits, carried in the low bits of the
+ * written RPS hash, which survives decap, the bridge and the namespace
+ * hop); the done program on the container device records the number of
+ * the last packet delivered. A stage's CPU may change on a packet whose
+ * first number is done_seq + 1: every earlier packet has left every queue
+ * the old CPU owns (or was dropped). Go twin: guardEntry. */
+struct steer_guard {
+	__u64 last_ns;  /* last packet at the entry */
+	__u64 done_ns;  /* last packet at the done hook */
+	__u32 next_seq; /* number of the next packet to enter */
+	__u32 done_seq; /* number of the last packet delivered */
 };
 
 /* Per-packet outcome, index of the per-CPU counters. Go twin: Reason. */
@@ -71,7 +99,11 @@ enum steer_reason {
 	S_STATIC = 3,  /* static mode: hash only */
 	S_NO_FLOW = 4, /* not IPv4 UDP/TCP: hash untouched */
 	S_NO_DEV = 5,  /* device or configuration unknown: hash untouched */
-	S_MAX = 6,
+	/* Counters only (not a packet's reason): */
+	S_DEFERRED = 6, /* a change of CPU deferred by the in-flight guard */
+	S_SWITCH = 7,   /* a change of CPU committed */
+	S_DONE = 8,     /* packets seen by the done hook */
+	S_MAX = 9,
 };
 
 #endif

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/datapath"
@@ -21,6 +22,10 @@ import (
 // The steering tc filter: clsact ingress, this priority (after the lanes'
 // 0xc0de), handle and name. Anything else is someone else's.
 var steerFilter = tcattach.Filter{Name: "rxlane_steer", Prio: 0xc0df, Handle: 1}
+
+// doneFilter runs steer_done (the guard's delivery hook) on the container
+// devices.
+var doneFilter = tcattach.Filter{Name: "rxlane_steer_done", Prio: 0xc0e0, Handle: 1}
 
 // errNoNetns marks a named network namespace that does not exist (any
 // more): disable treats it as already clean.
@@ -60,6 +65,9 @@ type Options struct {
 	Stages []string
 	// StateFile journals what Enable changed.
 	StateFile string
+	// NoGuard switches a flow's stage CPU at once, without waiting for its
+	// packets in flight (reorders; for tests and demonstrations).
+	NoGuard bool
 }
 
 // RPSChange is one rps_cpus file Enable wrote, with its previous content.
@@ -70,10 +78,21 @@ type RPSChange struct {
 	Prev  string `json:"prev"`
 }
 
-// Attachment is one device the program is attached to.
+// Attachment is one device a program is attached to.
 type Attachment struct {
 	Device        string `json:"device"`
 	CreatedClsact bool   `json:"created_clsact"`
+	// Netns is the device's namespace when it is not the state's (the
+	// done hook on a container device); Done marks that hook.
+	Netns string `json:"netns,omitempty"`
+	Done  bool   `json:"done,omitempty"`
+}
+
+func (a Attachment) filter() tcattach.Filter {
+	if a.Done {
+		return doneFilter
+	}
+	return steerFilter
 }
 
 // Stage is one steered stage transition.
@@ -312,18 +331,19 @@ func saveState(path string, s *State) error {
 	return os.Rename(tmp, path)
 }
 
-// attach attaches the steering program to dev's tc ingress.
-func attach(dev string, prog *ebpf.Program) (Attachment, error) {
-	created, err := steerFilter.Attach(dev, prog)
+// attach attaches a steering program to dev's tc ingress in the calling
+// thread's namespace.
+func attach(f tcattach.Filter, dev string, prog *ebpf.Program) (Attachment, error) {
+	created, err := f.Attach(dev, prog)
 	if err != nil && !created {
 		return Attachment{}, err // nothing changed on dev
 	}
-	return Attachment{Device: dev, CreatedClsact: created}, err
+	return Attachment{Device: dev, CreatedClsact: created, Done: f == doneFilter}, err
 }
 
-// detach removes the steering filter (and the clsact qdisc if steering
+// detach removes a steering filter (and the clsact qdisc if steering
 // added it and nothing else uses it).
-func detach(a Attachment) error { return steerFilter.Detach(a.Device, a.CreatedClsact) }
+func detach(a Attachment) error { return a.filter().Detach(a.Device, a.CreatedClsact) }
 
 // Enable discovers the stages in o.Netns, sets their rps_cpus to the CPU
 // set, loads bpf/steer.c and attaches it where each steered stage's CPU is
@@ -359,12 +379,17 @@ func Enable(o Options) (st *State, err error) {
 		return st, fmt.Errorf("load steer program: %w", err)
 	}
 	defer objs.Close()
-	flags := uint32(flagOn | flagExcludeFirst)
+	// Attached "off" (every stage on the CPU it runs on without
+	// steering); turned on through the guard once RPS is in place.
+	flags := uint32(flagExcludeFirst)
 	if !o.Static {
 		flags |= flagDynamic
 	}
+	if o.NoGuard {
+		flags |= flagNoGuard
+	}
 	if err := objs.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
-		Flags: flags, VxlanPort: uint32(d.tunnel.Port)}); err != nil {
+		Flags: flags, VxlanPort: uint32(d.tunnel.Port), IdleMs: idleMs}); err != nil {
 		return st, fmt.Errorf("write steer config: %w", err)
 	}
 	for i, c := range o.CPUs {
@@ -381,7 +406,7 @@ func Enable(o Options) (st *State, err error) {
 	var atts []att
 	if want("vxlan") {
 		st.Stages = append(st.Stages, Stage{Name: "vxlan", Netns: o.Netns, Device: d.tunnel.Name, Ifindex: d.vxIndex, Via: d.tunnel.Underlay})
-		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1}})
+		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry}})
 	}
 	if want("veth") && len(d.endpoint) > 0 {
 		for _, e := range d.endpoint {
@@ -390,7 +415,11 @@ func Enable(o Options) (st *State, err error) {
 				return st, fmt.Errorf("write steer endpoints: %w", err)
 			}
 		}
-		atts = append(atts, att{d.tunnel.Name, steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}})
+		dv := steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}
+		if !want("vxlan") {
+			dv.Flags |= devEntry
+		}
+		atts = append(atts, att{d.tunnel.Name, dv})
 	}
 	if len(st.Stages) == 0 {
 		return st, errors.New("steer: no stage to steer found")
@@ -399,11 +428,20 @@ func Enable(o Options) (st *State, err error) {
 	if err := saveState(o.StateFile, st); err != nil {
 		return st, err
 	}
-	for _, s := range st.Stages {
-		if err := setRPS(s.Netns, s.Device, mask, st); err != nil {
-			return st, err
-		}
-		if err := saveState(o.StateFile, st); err != nil {
+	// The guard's delivery hook on every container device first.
+	for _, e := range d.endpoint {
+		err := inNetnsSysfs(e.netns, func() error {
+			at, err := attach(doneFilter, e.dev, objs.SteerDone)
+			if at.Device != "" {
+				at.Netns = e.netns
+				st.Attachments = append(st.Attachments, at)
+				if serr := saveState(o.StateFile, st); serr != nil {
+					return errors.Join(err, serr)
+				}
+			}
+			return err
+		})
+		if err != nil {
 			return st, err
 		}
 	}
@@ -416,7 +454,7 @@ func Enable(o Options) (st *State, err error) {
 			if err := objs.SteerDevs.Put(uint32(l.Attrs().Index), a.cfg); err != nil {
 				return fmt.Errorf("write steer devices: %w", err)
 			}
-			at, err := attach(a.dev, objs.SteerIngress)
+			at, err := attach(steerFilter, a.dev, objs.SteerIngress)
 			if at.Device != "" {
 				st.Attachments = append(st.Attachments, at)
 				if serr := saveState(o.StateFile, st); serr != nil {
@@ -429,24 +467,61 @@ func Enable(o Options) (st *State, err error) {
 		}
 		return nil
 	})
-	return st, err
+	if err != nil {
+		return st, err
+	}
+	// RPS on the stages' devices: with steering off the written hash
+	// picks the CPU the stage already runs on, so nothing moves yet.
+	for _, s := range st.Stages {
+		if err := setRPS(s.Netns, s.Device, mask, st); err != nil {
+			return st, err
+		}
+		if err := saveState(o.StateFile, st); err != nil {
+			return st, err
+		}
+	}
+	// On: each flow's stages move to their chosen CPUs through the guard.
+	var cfg steerConfig
+	if err := objs.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+		return st, fmt.Errorf("read steer config: %w", err)
+	}
+	cfg.Flags |= flagOn
+	if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
+		return st, fmt.Errorf("turn steering on: %w", err)
+	}
+	return st, nil
 }
+
+// DrainTimeout bounds how long Disable waits for the flows' stages to
+// return, through the guard, to their unsteered CPUs before it removes
+// RPS and the programs anyway.
+var DrainTimeout = 2 * time.Second
 
 func disable(st *State) error {
 	var errs []error
-	if len(st.Attachments) > 0 {
-		err := inNetnsSysfs(st.Netns, func() error {
-			var es []error
-			for _, a := range st.Attachments {
-				es = append(es, detach(a))
-			}
-			return errors.Join(es...)
-		})
+	// Off first and wait until every active flow's stages are back on the
+	// CPUs they run on without steering (through the guard); only then
+	// RPS and the programs go, so disabling under load does not reorder.
+	if m, err := openMaps(st); err == nil {
+		if err := setOn(m, false); err != nil {
+			errs = append(errs, err)
+		} else {
+			waitDrained(m, DrainTimeout)
+		}
+		m.Close()
+	}
+	errs = append(errs, restoreRPS(st.RPS))
+	for i := len(st.Attachments) - 1; i >= 0; i-- {
+		a := st.Attachments[i]
+		ns := st.Netns
+		if a.Netns != "" {
+			ns = a.Netns
+		}
+		err := inNetnsSysfs(ns, func() error { return detach(a) })
 		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, restoreRPS(st.RPS))
 	return errors.Join(errs...)
 }
 

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // openMaps finds the maps of the attached program through its tc filter.
@@ -14,6 +16,9 @@ func openMaps(st *State) (*steerMaps, error) {
 	var m *steerMaps
 	err := inNetnsSysfs(st.Netns, func() error {
 		for _, a := range st.Attachments {
+			if a.Done || a.Netns != "" {
+				continue
+			}
 			l, err := netlink.LinkByName(a.Device)
 			if err != nil {
 				continue
@@ -52,6 +57,8 @@ func openMaps(st *State) (*steerMaps, error) {
 					o.SteerFlows = mp
 				case "steer_counters":
 					o.SteerCounters = mp
+				case "steer_guards":
+					o.SteerGuards = mp
 				default:
 					mp.Close()
 				}
@@ -92,6 +99,10 @@ func publish(m *steerMaps, st *State, loads map[int]float64, on bool) error {
 			return fmt.Errorf("write steer cpus: %w", err)
 		}
 	}
+	return setOn(m, on)
+}
+
+func setOn(m *steerMaps, on bool) error {
 	var cfg steerConfig
 	if err := m.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("read steer config: %w", err)
@@ -102,6 +113,46 @@ func publish(m *steerMaps, st *State, loads map[int]float64, on bool) error {
 		cfg.Flags &^= flagOn
 	}
 	return m.SteerConfig.Put(uint32(0), cfg)
+}
+
+// monotonicNs is bpf_ktime_get_ns's clock.
+func monotonicNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// activeWindow: a flow-stage with a packet this recent is active.
+const activeWindow = 200 * time.Millisecond
+
+// drained reports whether every active flow-stage's last packet was
+// steered off (to the CPU it was on) and ran where the rule wanted.
+func drained(m *steerMaps) (bool, error) {
+	now := monotonicNs()
+	var k flowKey
+	var f flowEntry
+	it := m.SteerFlows.Iterate()
+	for it.Next(&k, &f) {
+		if now-f.LastNs > uint64(activeWindow) {
+			continue
+		}
+		if Reason(f.Reason) != ReasonOff || f.CPU != f.WantCPU {
+			return false, nil
+		}
+	}
+	return true, it.Err()
+}
+
+// waitDrained polls drained until it holds or timeout passes.
+func waitDrained(m *steerMaps, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := drained(m)
+		if ok || err != nil || time.Now().After(deadline) {
+			return ok
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, bounded by deadline
+	}
 }
 
 // Follower runs Algorithm 1's load tracking: sample, smooth, publish.

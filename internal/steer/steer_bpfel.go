@@ -19,6 +19,8 @@ type steerSteerCfg struct {
 	Threshold uint32
 	Flags     uint32
 	VxlanPort uint32
+	IdleMs    uint32
+	Pad       uint32
 }
 
 type steerSteerCpu struct {
@@ -42,19 +44,34 @@ type steerSteerEpKey struct {
 }
 
 type steerSteerFlow struct {
-	_       structs.HostLayout
-	Packets uint64
-	LastNs  uint64
-	Cpu     uint32
-	Reason  uint32
-	RpsHash uint32
-	Pad     uint32
+	_         structs.HostLayout
+	Packets   uint64
+	LastNs    uint64
+	First     uint64
+	Second    uint64
+	Off       uint64
+	Deferred  uint64
+	Switches  uint64
+	Cpu       uint32
+	Reason    uint32
+	RpsHash   uint32
+	Committed uint32
+	WantCpu   uint32
+	Pad       uint32
 }
 
 type steerSteerFlowKey struct {
 	_        structs.HostLayout
 	FlowHash uint32
 	StageId  uint32
+}
+
+type steerSteerGuard struct {
+	_       structs.HostLayout
+	LastNs  uint64
+	DoneNs  uint64
+	NextSeq uint32
+	DoneSeq uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -67,8 +84,11 @@ const (
 	steerMapSteerDevs      = "steer_devs"
 	steerMapSteerEndpoints = "steer_endpoints"
 	steerMapSteerFlows     = "steer_flows"
+	steerMapSteerGuards    = "steer_guards"
+	steerProgSteerDone     = "steer_done"
 	steerProgSteerIngress  = "steer_ingress"
 	steerVarUnusedFlow     = "unused_flow"
+	steerVarUnusedGuard    = "unused_guard"
 	steerVarUnusedReason   = "unused_reason"
 )
 
@@ -114,6 +134,7 @@ type steerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type steerProgramSpecs struct {
+	SteerDone    *ebpf.ProgramSpec `ebpf:"steer_done"`
 	SteerIngress *ebpf.ProgramSpec `ebpf:"steer_ingress"`
 }
 
@@ -127,6 +148,7 @@ type steerMapSpecs struct {
 	SteerDevs      *ebpf.MapSpec `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.MapSpec `ebpf:"steer_endpoints"`
 	SteerFlows     *ebpf.MapSpec `ebpf:"steer_flows"`
+	SteerGuards    *ebpf.MapSpec `ebpf:"steer_guards"`
 }
 
 // steerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -134,6 +156,7 @@ type steerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type steerVariableSpecs struct {
 	UnusedFlow   *ebpf.VariableSpec `ebpf:"unused_flow"`
+	UnusedGuard  *ebpf.VariableSpec `ebpf:"unused_guard"`
 	UnusedReason *ebpf.VariableSpec `ebpf:"unused_reason"`
 }
 
@@ -163,6 +186,7 @@ type steerMaps struct {
 	SteerDevs      *ebpf.Map `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.Map `ebpf:"steer_endpoints"`
 	SteerFlows     *ebpf.Map `ebpf:"steer_flows"`
+	SteerGuards    *ebpf.Map `ebpf:"steer_guards"`
 }
 
 func (m *steerMaps) Close() error {
@@ -173,6 +197,7 @@ func (m *steerMaps) Close() error {
 		m.SteerDevs,
 		m.SteerEndpoints,
 		m.SteerFlows,
+		m.SteerGuards,
 	)
 }
 
@@ -181,6 +206,7 @@ func (m *steerMaps) Close() error {
 // It can be passed to loadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type steerVariables struct {
 	UnusedFlow   *ebpf.Variable `ebpf:"unused_flow"`
+	UnusedGuard  *ebpf.Variable `ebpf:"unused_guard"`
 	UnusedReason *ebpf.Variable `ebpf:"unused_reason"`
 }
 
@@ -188,11 +214,13 @@ type steerVariables struct {
 //
 // It can be passed to loadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type steerPrograms struct {
+	SteerDone    *ebpf.Program `ebpf:"steer_done"`
 	SteerIngress *ebpf.Program `ebpf:"steer_ingress"`
 }
 
 func (p *steerPrograms) Close() error {
 	return _SteerClose(
+		p.SteerDone,
 		p.SteerIngress,
 	)
 }
