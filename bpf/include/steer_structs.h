@@ -15,11 +15,19 @@
 #define STEER_F_DYNAMIC (1U << 1)       /* two choices; else hash only */
 #define STEER_F_EXCLUDE_FIRST (1U << 2) /* second choice never the first */
 #define STEER_F_NO_GUARD (1U << 3)      /* switch at once (tests: reorders) */
+#define STEER_F_FIRST_ON (1U << 4)      /* XDP: redirect to the first-stage CPUs */
+
+#define STEER_MAP_TYPE_CPUMAP 16  /* BPF_MAP_TYPE_CPUMAP */
+#define STEER_META_MAGIC 0x52584c31U /* "RXL1": XDP metadata, packet saw steer_xdp */
+#define STEER_STAGE_CTR 0x40000000U /* ... of a container device's stage: | ifindex */
+#define STEER_STAGE_XDP 0x80000000U /* steer_flow_key.stage_id of the XDP stage: | ifindex */
+#define STEER_PASS 0xffff /* steer_flow.committed of the XDP stage: XDP_PASS */
 
 
 /* steer_dev.flags. Go: devByMAC */
 #define STEER_DEV_BY_MAC (1U << 0) /* next stage found by inner dst MAC */
 #define STEER_DEV_ENTRY (1U << 1)  /* first steering point: numbers packets */
+#define STEER_DEV_OFF (1U << 2)    /* number only: the next stage is not steered */
 
 /* The one configuration entry. Go twin: steerConfig. */
 struct steer_cfg {
@@ -30,6 +38,10 @@ struct steer_cfg {
 	/* A flow-stage idle this long may switch CPU even if the guard never
 	 * saw its packets delivered (no done hook on its path); 0: never. */
 	__u32 idle_ms;
+	__u32 n_first; /* first-stage (XDP cpumap) CPUs; 0: no first stage */
+	/* The last delivery must be this old before a switch: the done hook
+	 * runs before the IP/socket layers finish the packet on its CPU. */
+	__u32 settle_ns;
 	__u32 pad;
 };
 
@@ -89,6 +101,19 @@ struct steer_guard {
 	__u64 done_ns;  /* last packet at the done hook */
 	__u32 next_seq; /* number of the next packet to enter */
 	__u32 done_seq; /* number of the last packet delivered */
+	/* Frames steer_xdp saw, and how many of them reached the entry (the
+	 * XDP stage may change only when they are equal, i.e. none is queued
+	 * between XDP and the entry). */
+	__u32 xdp_frames;
+	__u32 entry_frames;
+	__u32 done_cpu; /* CPU of the last delivery (the last stage's CPU) */
+	__u32 pad;
+};
+
+/* Value of the cpumap. */
+struct steer_cpumap_val {
+	__u32 qsize;
+	__u32 prog_fd;
 };
 
 /* Per-packet outcome, index of the per-CPU counters. Go twin: Reason. */

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -65,6 +66,13 @@ type Options struct {
 	Stages []string
 	// StateFile journals what Enable changed.
 	StateFile string
+	// FirstStage "cpumap" offloads the first stage with XDP (driver mode)
+	// on the underlay, redirecting each flow to a cpumap entry on one of
+	// FirstCPUs (default: CPUs). SenderTxOff turns tx checksum offload off
+	// at the underlay's veth peer (only in an rxlane testbed's namespace).
+	FirstStage  string
+	FirstCPUs   []int
+	SenderTxOff bool
 	// NoGuard switches a flow's stage CPU at once, without waiting for its
 	// packets in flight (reorders; for tests and demonstrations).
 	NoGuard bool
@@ -117,6 +125,7 @@ type State struct {
 	Stages       []Stage      `json:"stages"`
 	Attachments  []Attachment `json:"attachments"`
 	RPS          []RPSChange  `json:"rps"`
+	FirstStage   *FirstStage  `json:"first_stage,omitempty"`
 }
 
 // CPUMask renders a CPU list as a sysfs cpumask ("f", "3", ...).
@@ -142,6 +151,9 @@ func CPUMask(cpus []int) string {
 	return strings.Join(parts, ",")
 }
 
+// Validate checks and normalises the options (Enable calls it too).
+func (o *Options) Validate() error { return o.validate() }
+
 func (o *Options) validate() error {
 	if o.Netns == "" {
 		return errors.New("steer: a host namespace is needed (--netns)")
@@ -165,10 +177,37 @@ func (o *Options) validate() error {
 	if len(o.Stages) == 0 {
 		o.Stages = []string{"vxlan", "veth"}
 	}
+	none := slices.Equal(o.Stages, []string{"none"})
+	if none && o.FirstStage == "" {
+		return errors.New("steer: --stages none steers nothing without --first-stage cpumap")
+	}
 	for _, s := range o.Stages {
-		if s != "vxlan" && s != "veth" {
-			return fmt.Errorf("steer: unknown stage %q (want vxlan, veth)", s)
+		if !none && s != "vxlan" && s != "veth" {
+			return fmt.Errorf("steer: unknown stage %q (want vxlan, veth or none)", s)
 		}
+	}
+	switch o.FirstStage {
+	case "":
+		if len(o.FirstCPUs) > 0 || o.SenderTxOff {
+			return errors.New("steer: --first-cpus and --sender-tx-off need --first-stage cpumap")
+		}
+	case FirstStageCpumap:
+		if len(o.FirstCPUs) == 0 {
+			o.FirstCPUs = o.CPUs
+		}
+		if len(o.FirstCPUs) > MaxCPUs {
+			return fmt.Errorf("steer: want 1..%d first-stage CPUs", MaxCPUs)
+		}
+		o.FirstCPUs = slices.Clone(o.FirstCPUs)
+		slices.Sort(o.FirstCPUs)
+		o.FirstCPUs = slices.Compact(o.FirstCPUs)
+		for _, c := range o.FirstCPUs {
+			if c < 0 {
+				return fmt.Errorf("steer: bad first-stage CPU %d", c)
+			}
+		}
+	default:
+		return fmt.Errorf("steer: unknown first stage %q (want cpumap)", o.FirstStage)
 	}
 	return nil
 }
@@ -389,7 +428,7 @@ func Enable(o Options) (st *State, err error) {
 		flags |= flagNoGuard
 	}
 	if err := objs.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
-		Flags: flags, VxlanPort: uint32(d.tunnel.Port), IdleMs: idleMs}); err != nil {
+		Flags: flags, VxlanPort: uint32(d.tunnel.Port), IdleMs: idleMs, SettleNs: settleNs}); err != nil {
 		return st, fmt.Errorf("write steer config: %w", err)
 	}
 	for i, c := range o.CPUs {
@@ -407,6 +446,11 @@ func Enable(o Options) (st *State, err error) {
 	if want("vxlan") {
 		st.Stages = append(st.Stages, Stage{Name: "vxlan", Netns: o.Netns, Device: d.tunnel.Name, Ifindex: d.vxIndex, Via: d.tunnel.Underlay})
 		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry}})
+	} else if o.FirstStage != "" {
+		// The entry numbers packets for the guard at the underlay, where
+		// steer_xdp's mark is still readable; S2 is not steered (no RPS
+		// on the VXLAN device: the written hash has no effect).
+		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry | devOff}})
 	}
 	if want("veth") && len(d.endpoint) > 0 {
 		for _, e := range d.endpoint {
@@ -416,13 +460,44 @@ func Enable(o Options) (st *State, err error) {
 			}
 		}
 		dv := steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}
-		if !want("vxlan") {
+		if !want("vxlan") && o.FirstStage == "" {
 			dv.Flags |= devEntry
 		}
 		atts = append(atts, att{d.tunnel.Name, dv})
 	}
-	if len(st.Stages) == 0 {
+	if len(st.Stages) == 0 && o.FirstStage == "" {
 		return st, errors.New("steer: no stage to steer found")
+	}
+	if o.FirstStage != "" {
+		if len(d.endpoint) == 0 {
+			return st, errors.New("steer: first-stage offload needs a container endpoint behind the bridge (the guard's delivery hook)")
+		}
+		st.FirstStage = &FirstStage{Device: d.tunnel.Underlay, CPUs: o.FirstCPUs}
+		if err := inNetnsSysfs(o.Netns, func() error {
+			l, err := netlink.LinkByName(d.tunnel.Underlay)
+			if err == nil {
+				st.FirstStage.Ifindex = l.Attrs().Index
+			}
+			return err
+		}); err != nil {
+			return st, err
+		}
+		for i, c := range o.FirstCPUs {
+			if err := objs.SteerCpumap.Put(uint32(c), steerCpumapVal{Qsize: cpumapQueue}); err != nil {
+				return st, fmt.Errorf("add CPU %d to the cpumap: %w", c, err)
+			}
+			if err := objs.SteerFirstCpus.Put(uint32(i), uint32(c)); err != nil {
+				return st, fmt.Errorf("write first-stage CPUs: %w", err)
+			}
+		}
+		var cfg steerConfig
+		if err := objs.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+			return st, fmt.Errorf("read steer config: %w", err)
+		}
+		cfg.NFirst = uint32(len(o.FirstCPUs))
+		if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
+			return st, fmt.Errorf("write steer config: %w", err)
+		}
 	}
 	// Journal before touching the kernel.
 	if err := saveState(o.StateFile, st); err != nil {
@@ -470,6 +545,26 @@ func Enable(o Options) (st *State, err error) {
 	if err != nil {
 		return st, err
 	}
+	if fs := st.FirstStage; fs != nil {
+		if o.SenderTxOff {
+			if err := senderTxOff(o.Netns, fs, func() error { return saveState(o.StateFile, st) }); err != nil {
+				return st, err
+			}
+		}
+		// Attached with the first stage off (XDP_PASS: the path of an
+		// unsteered packet); turned on with the rest below.
+		if err := attachXDP(o.Netns, fs.Device, objs.SteerXdp.FD()); err != nil {
+			return st, err
+		}
+		info, err := objs.SteerXdp.Info()
+		if err == nil {
+			id, _ := info.ID()
+			fs.XDPProgID = uint32(id)
+		}
+		if err := saveState(o.StateFile, st); err != nil {
+			return st, err
+		}
+	}
 	// RPS on the stages' devices: with steering off the written hash
 	// picks the CPU the stage already runs on, so nothing moves yet.
 	for _, s := range st.Stages {
@@ -486,6 +581,9 @@ func Enable(o Options) (st *State, err error) {
 		return st, fmt.Errorf("read steer config: %w", err)
 	}
 	cfg.Flags |= flagOn
+	if st.FirstStage != nil {
+		cfg.Flags |= flagFirstOn
+	}
 	if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
 		return st, fmt.Errorf("turn steering on: %w", err)
 	}
@@ -497,6 +595,9 @@ func Enable(o Options) (st *State, err error) {
 // RPS and the programs anyway.
 var DrainTimeout = 2 * time.Second
 
+// DrainTimeouts counts disables that gave up waiting for the drain.
+var DrainTimeouts atomic.Int64
+
 func disable(st *State) error {
 	var errs []error
 	// Off first and wait until every active flow's stages are back on the
@@ -505,12 +606,15 @@ func disable(st *State) error {
 	if m, err := openMaps(st); err == nil {
 		if err := setOn(m, false); err != nil {
 			errs = append(errs, err)
-		} else {
-			waitDrained(m, DrainTimeout)
+		} else if !waitDrained(m, DrainTimeout) {
+			DrainTimeouts.Add(1)
 		}
 		m.Close()
 	}
 	errs = append(errs, restoreRPS(st.RPS))
+	if fs := st.FirstStage; fs != nil && fs.XDPProgID != 0 {
+		errs = append(errs, detachXDP(st.Netns, fs.Device, fs.XDPProgID))
+	}
 	for i := len(st.Attachments) - 1; i >= 0; i-- {
 		a := st.Attachments[i]
 		ns := st.Netns
@@ -521,6 +625,9 @@ func disable(st *State) error {
 		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, err)
 		}
+	}
+	if fs := st.FirstStage; fs != nil {
+		errs = append(errs, restorePeerTx(fs.PeerTx))
 	}
 	return errors.Join(errs...)
 }

@@ -162,7 +162,11 @@ func TestProgramWritesRPSHash(t *testing.T) {
 		t.Helper()
 		h := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
 		var f flowEntry
-		if err := o.SteerFlows.Lookup(flowKey{FlowHash: h, StageID: stage}, &f); err != nil {
+		key := flowKey{FlowHash: h, StageID: stage}
+		if stage == ctIdx {
+			key.StageID |= stageCtr // a container device's stage
+		}
+		if err := o.SteerFlows.Lookup(key, &f); err != nil {
 			t.Fatalf("flow %d stage %d not recorded: %v", sport, stage, err)
 		}
 		return f

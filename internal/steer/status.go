@@ -109,8 +109,11 @@ func setOn(m *steerMaps, on bool) error {
 	}
 	if on {
 		cfg.Flags |= flagOn
+		if cfg.NFirst > 0 {
+			cfg.Flags |= flagFirstOn
+		}
 	} else {
-		cfg.Flags &^= flagOn
+		cfg.Flags &^= flagOn | flagFirstOn
 	}
 	return m.SteerConfig.Put(uint32(0), cfg)
 }
@@ -188,10 +191,31 @@ type FlowStage struct {
 	FlowHash uint32 `json:"flow_hash"`
 	Stage    string `json:"stage"`
 	Device   string `json:"device"`
-	CPU      int    `json:"cpu"`
-	Choice   string `json:"choice"`
-	Packets  uint64 `json:"packets"`
-	RPSHash  uint32 `json:"rps_hash"`
+	// CPU runs the stage (the committed choice); WantCPU is what the rule
+	// chose for the last packet (differs while the guard defers).
+	CPU     int    `json:"cpu"`
+	WantCPU int    `json:"want_cpu"`
+	Choice  string `json:"choice"` // reason of the last packet
+	Packets uint64 `json:"packets"`
+	// Per-packet outcomes: first (or static) choice, second choice, off
+	// by load; guard-deferred packets and committed CPU changes.
+	First    uint64 `json:"first"`
+	Second   uint64 `json:"second"`
+	OffLoad  uint64 `json:"off_by_load"`
+	Deferred uint64 `json:"guard_deferred"`
+	Switches uint64 `json:"switches"`
+	// InFlight is the flow's packets numbered at the entry and not yet
+	// seen delivered (the guard's view; drops count until a later packet
+	// is delivered).
+	InFlight uint32 `json:"in_flight"`
+	// DeliveredCPU ran the flow's last stage for its last delivered
+	// packet (seen by the done hook on the container device).
+	DeliveredCPU int `json:"delivered_cpu"`
+	// IdleMs is the time since the stage's last packet; Active is true
+	// when it is below 1 s.
+	IdleMs  float64 `json:"idle_ms"`
+	Active  bool    `json:"active"`
+	RPSHash uint32  `json:"rps_hash"`
 }
 
 // CPULoad is one CPU of the set as the datapath sees it.
@@ -202,9 +226,13 @@ type CPULoad struct {
 
 // Status is what `rxlane steer status` prints.
 type Status struct {
-	Enabled  bool              `json:"enabled"`
-	On       bool              `json:"on"`
-	Static   bool              `json:"static"`
+	Enabled bool `json:"enabled"`
+	// On is false while the set's average load is above the global
+	// threshold (every stage stays on its current CPU).
+	On     bool `json:"on"`
+	Static bool `json:"static"`
+	// AvgLoad is the mean published load of the CPU set.
+	AvgLoad  float64           `json:"avg_load"`
 	State    *State            `json:"state,omitempty"`
 	CPUs     []CPULoad         `json:"cpus"`
 	Counters map[string]uint64 `json:"counters"`
@@ -235,6 +263,7 @@ func ReadStatus(stateFile string) (Status, error) {
 			return s, fmt.Errorf("read steer cpus: %w", err)
 		}
 		s.CPUs = append(s.CPUs, CPULoad{CPU: int(c.CPU), Load: float64(c.Load) / 1000})
+		s.AvgLoad += float64(c.Load) / 1000 / float64(len(st.CPUs))
 	}
 	for r := range numReasons {
 		var v []uint64
@@ -249,15 +278,34 @@ func ReadStatus(stateFile string) (Status, error) {
 	}
 	stage := map[uint32]Stage{}
 	for _, sg := range st.Stages {
-		stage[uint32(sg.Ifindex)] = sg
+		id := uint32(sg.Ifindex)
+		if sg.Name == "veth" {
+			id |= stageCtr
+		}
+		stage[id] = sg
 	}
+	if fs := st.FirstStage; fs != nil {
+		stage[uint32(fs.Ifindex)|stageXDP] = Stage{Name: "wire", Device: fs.Device}
+	}
+	now := monotonicNs()
 	var k flowKey
 	var f flowEntry
 	it := m.SteerFlows.Iterate()
 	for it.Next(&k, &f) {
 		sg := stage[k.StageID]
-		s.Flows = append(s.Flows, FlowStage{FlowHash: k.FlowHash, Stage: sg.Name, Device: sg.Device, CPU: int(f.CPU),
-			Choice: Reason(f.Reason).String(), Packets: f.Packets, RPSHash: f.RPSHash})
+		fs := FlowStage{FlowHash: k.FlowHash, Stage: sg.Name, Device: sg.Device, CPU: int(f.CPU), WantCPU: int(f.WantCPU),
+			Choice: Reason(f.Reason).String(), Packets: f.Packets, First: f.First, Second: f.Second, OffLoad: f.Off,
+			Deferred: f.Deferred, Switches: f.Switches, RPSHash: f.RPSHash}
+		if now > f.LastNs {
+			fs.IdleMs = float64(now-f.LastNs) / 1e6
+		}
+		fs.Active = fs.IdleMs < 1000
+		var g guardEntry
+		if m.SteerGuards != nil && m.SteerGuards.Lookup(k.FlowHash, &g) == nil {
+			fs.InFlight = (g.NextSeq - 1 - g.DoneSeq) & 0xffff
+			fs.DeliveredCPU = int(g.DoneCPU)
+		}
+		s.Flows = append(s.Flows, fs)
 	}
 	if err := it.Err(); err != nil {
 		return s, fmt.Errorf("read steer flows: %w", err)

@@ -20,6 +20,8 @@ type steerSteerCfg struct {
 	Flags     uint32
 	VxlanPort uint32
 	IdleMs    uint32
+	N_first   uint32
+	SettleNs  uint32
 	Pad       uint32
 }
 
@@ -27,6 +29,12 @@ type steerSteerCpu struct {
 	_    structs.HostLayout
 	Cpu  uint32
 	Load uint32
+}
+
+type steerSteerCpumapVal struct {
+	_      structs.HostLayout
+	Qsize  uint32
+	ProgFd uint32
 }
 
 type steerSteerDev struct {
@@ -67,11 +75,15 @@ type steerSteerFlowKey struct {
 }
 
 type steerSteerGuard struct {
-	_       structs.HostLayout
-	LastNs  uint64
-	DoneNs  uint64
-	NextSeq uint32
-	DoneSeq uint32
+	_           structs.HostLayout
+	LastNs      uint64
+	DoneNs      uint64
+	NextSeq     uint32
+	DoneSeq     uint32
+	XdpFrames   uint32
+	EntryFrames uint32
+	DoneCpu     uint32
+	Pad         uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -80,13 +92,16 @@ type steerSteerGuard struct {
 const (
 	steerMapSteerConfig    = "steer_config"
 	steerMapSteerCounters  = "steer_counters"
+	steerMapSteerCpumap    = "steer_cpumap"
 	steerMapSteerCpus      = "steer_cpus"
 	steerMapSteerDevs      = "steer_devs"
 	steerMapSteerEndpoints = "steer_endpoints"
+	steerMapSteerFirstCpus = "steer_first_cpus"
 	steerMapSteerFlows     = "steer_flows"
 	steerMapSteerGuards    = "steer_guards"
 	steerProgSteerDone     = "steer_done"
 	steerProgSteerIngress  = "steer_ingress"
+	steerProgSteerXdp      = "steer_xdp"
 	steerVarUnusedFlow     = "unused_flow"
 	steerVarUnusedGuard    = "unused_guard"
 	steerVarUnusedReason   = "unused_reason"
@@ -136,6 +151,7 @@ type steerSpecs struct {
 type steerProgramSpecs struct {
 	SteerDone    *ebpf.ProgramSpec `ebpf:"steer_done"`
 	SteerIngress *ebpf.ProgramSpec `ebpf:"steer_ingress"`
+	SteerXdp     *ebpf.ProgramSpec `ebpf:"steer_xdp"`
 }
 
 // steerMapSpecs contains maps before they are loaded into the kernel.
@@ -144,9 +160,11 @@ type steerProgramSpecs struct {
 type steerMapSpecs struct {
 	SteerConfig    *ebpf.MapSpec `ebpf:"steer_config"`
 	SteerCounters  *ebpf.MapSpec `ebpf:"steer_counters"`
+	SteerCpumap    *ebpf.MapSpec `ebpf:"steer_cpumap"`
 	SteerCpus      *ebpf.MapSpec `ebpf:"steer_cpus"`
 	SteerDevs      *ebpf.MapSpec `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.MapSpec `ebpf:"steer_endpoints"`
+	SteerFirstCpus *ebpf.MapSpec `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.MapSpec `ebpf:"steer_flows"`
 	SteerGuards    *ebpf.MapSpec `ebpf:"steer_guards"`
 }
@@ -182,9 +200,11 @@ func (o *steerObjects) Close() error {
 type steerMaps struct {
 	SteerConfig    *ebpf.Map `ebpf:"steer_config"`
 	SteerCounters  *ebpf.Map `ebpf:"steer_counters"`
+	SteerCpumap    *ebpf.Map `ebpf:"steer_cpumap"`
 	SteerCpus      *ebpf.Map `ebpf:"steer_cpus"`
 	SteerDevs      *ebpf.Map `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.Map `ebpf:"steer_endpoints"`
+	SteerFirstCpus *ebpf.Map `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.Map `ebpf:"steer_flows"`
 	SteerGuards    *ebpf.Map `ebpf:"steer_guards"`
 }
@@ -193,9 +213,11 @@ func (m *steerMaps) Close() error {
 	return _SteerClose(
 		m.SteerConfig,
 		m.SteerCounters,
+		m.SteerCpumap,
 		m.SteerCpus,
 		m.SteerDevs,
 		m.SteerEndpoints,
+		m.SteerFirstCpus,
 		m.SteerFlows,
 		m.SteerGuards,
 	)
@@ -216,12 +238,14 @@ type steerVariables struct {
 type steerPrograms struct {
 	SteerDone    *ebpf.Program `ebpf:"steer_done"`
 	SteerIngress *ebpf.Program `ebpf:"steer_ingress"`
+	SteerXdp     *ebpf.Program `ebpf:"steer_xdp"`
 }
 
 func (p *steerPrograms) Close() error {
 	return _SteerClose(
 		p.SteerDone,
 		p.SteerIngress,
+		p.SteerXdp,
 	)
 }
 

@@ -9,8 +9,14 @@ const (
 	flagDynamic      = 1 << 1
 	flagExcludeFirst = 1 << 2
 	flagNoGuard      = 1 << 3
+	flagFirstOn      = 1 << 4
 	devByMAC         = 1 << 0
 	devEntry         = 1 << 1
+	devOff           = 1 << 2
+	// stageXDP marks the XDP stage's flow key (STEER_STAGE_XDP | ifindex).
+	stageXDP = 1 << 31
+	// stageCtr marks a container device's stage (STEER_STAGE_CTR).
+	stageCtr = 1 << 30
 )
 
 // steerConfig is struct steer_cfg.
@@ -22,7 +28,20 @@ type steerConfig struct {
 	// IdleMs: a flow-stage idle this long may switch CPU even if its
 	// packets were never seen delivered; 0: never.
 	IdleMs uint32
-	Pad    uint32
+	NFirst uint32 // first-stage (XDP cpumap) CPUs
+	// SettleNs: the last delivery must be this old before a switch.
+	SettleNs uint32
+	Pad      uint32
+}
+
+// settleNs gives the old CPU time to finish the IP and socket layers of
+// the last packet the done hook saw before another CPU may overtake it.
+const settleNs = 50000
+
+// steerCpumapVal is struct steer_cpumap_val (struct bpf_cpumap_val).
+type steerCpumapVal struct {
+	Qsize  uint32
+	ProgFD uint32
 }
 
 // idleMs is the idle time after which a flow whose delivery the guard
@@ -74,10 +93,14 @@ type flowEntry struct {
 
 // guardEntry is struct steer_guard.
 type guardEntry struct {
-	LastNs  uint64
-	DoneNs  uint64
-	NextSeq uint32
-	DoneSeq uint32
+	LastNs      uint64
+	DoneNs      uint64
+	NextSeq     uint32
+	DoneSeq     uint32
+	XDPFrames   uint32
+	EntryFrames uint32
+	DoneCPU     uint32
+	Pad         uint32
 }
 
 // permille converts a 0..1 load to the kernel's integer scale.
