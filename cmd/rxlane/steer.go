@@ -99,7 +99,7 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 					return usagef("--first-cpus: %v", err)
 				}
 			}
-			o.Netns, o.CPUs, o.StateFile = f.netns, set, state
+			o.Netns, o.CPUs, o.StateFile, o.StartOff = f.netns, set, state, follow
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}

@@ -73,6 +73,9 @@ type Options struct {
 	FirstStage  string
 	FirstCPUs   []int
 	SenderTxOff bool
+	// StartOff leaves steering off after enable (stages on their current
+	// CPUs) until loads are published with Loads or a Follower.
+	StartOff bool
 	// NoGuard switches a flow's stage CPU at once, without waiting for its
 	// packets in flight (reorders; for tests and demonstrations).
 	NoGuard bool
@@ -574,6 +577,9 @@ func Enable(o Options) (st *State, err error) {
 		if err := saveState(o.StateFile, st); err != nil {
 			return st, err
 		}
+	}
+	if o.StartOff {
+		return st, nil
 	}
 	// On: each flow's stages move to their chosen CPUs through the guard.
 	var cfg steerConfig
