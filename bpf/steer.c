@@ -13,6 +13,11 @@
  * device's RPS (whose map is the CPU set) pick that CPU: RPS takes
  * map[(hash * n) >> 32]. The written hash is never 0 (RPS skips 0).
  *
+ * In-flight guard (RFS's last_qtail idea): a flow-stage's CPU changes only
+ * on a packet all of whose predecessors in the flow have been delivered
+ * (seen by steer_done on the container device) or dropped, so a change of
+ * choice (second choice, threshold crossing, on/off) never reorders.
+ *
  * Fail-open: anything not understood leaves the packet and its hash alone
  * (TC_ACT_UNSPEC), counted by reason. Go side: internal/steer. */
 
@@ -25,6 +30,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const struct steer_flow *unused_flow __attribute__((unused));
 const enum steer_reason *unused_reason __attribute__((unused));
+const struct steer_guard *unused_guard __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -62,6 +68,27 @@ struct {
 } steer_flows SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, STEER_MAX_FLOWS);
+	__type(key, __u32);
+	__type(value, struct steer_guard);
+} steer_guards SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STEER_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, __u32);
+} steer_first_cpus SEC(".maps");
+
+struct {
+	__uint(type, STEER_MAP_TYPE_CPUMAP);
+	__uint(max_entries, STEER_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, struct steer_cpumap_val);
+} steer_cpumap SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, S_MAX);
 	__type(key, __u32);
@@ -81,16 +108,24 @@ static __always_inline __u32 hash32(__u32 v)
 	return v * 0x61C88647U;
 }
 
+/* load_bytes reads from a tc or an XDP context (xdp is a constant). */
+static __always_inline long load_bytes(void *ctx, bool xdp, __u32 off, void *buf, __u32 len)
+{
+	if (xdp)
+		return bpf_xdp_load_bytes(ctx, off, buf, len);
+	return bpf_skb_load_bytes(ctx, off, buf, len);
+}
+
 struct tuple {
 	__u8 b[13]; /* saddr, daddr, sport, dport (network order), proto */
 };
 
 /* parse_ip4 reads the IPv4 header at off and its ports into t; *l4 is the
  * offset of the L4 header. Fragments and non-TCP/UDP get ports 0. */
-static __always_inline bool parse_ip4(struct __sk_buff *skb, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
+static __always_inline bool parse_ip4(void *skb, bool xdp, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
 {
 	__u8 ip[20];
-	if (bpf_skb_load_bytes(skb, off, ip, sizeof(ip)) < 0)
+	if (load_bytes(skb, xdp, off, ip, sizeof(ip)) < 0)
 		return false;
 	if ((ip[0] >> 4) != 4 || (ip[0] & 0xf) < 5)
 		return false;
@@ -101,38 +136,38 @@ static __always_inline bool parse_ip4(struct __sk_buff *skb, __u32 off, struct t
 	t->b[8] = t->b[9] = t->b[10] = t->b[11] = 0;
 	bool frag = ((ip[6] & 0x3f) | ip[7]) != 0; /* MF or offset */
 	if (!frag && (ip[9] == IPPROTO_UDP || ip[9] == IPPROTO_TCP)) {
-		if (bpf_skb_load_bytes(skb, *l4, &t->b[8], 4) < 0)
+		if (load_bytes(skb, xdp, *l4, &t->b[8], 4) < 0)
 			return false;
 	}
 	return true;
 }
 
 /* flow_hash: FNV-1a over the inner 5-tuple, never 0. Go: FlowHash. */
-static __always_inline bool flow_hash(struct __sk_buff *skb, const struct steer_dev *dev, __u32 vxlan_port, __u32 *out, struct steer_ep_key *mac)
+static __always_inline bool flow_hash(void *skb, bool xdp, __u32 encap, __u32 vxlan_port, __u32 *out, struct steer_ep_key *mac)
 {
 	__u8 eth[14];
 	struct tuple t = {};
 	__u32 l4 = 0;
 	__u8 proto = 0;
 
-	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0)
+	if (load_bytes(skb, xdp, 0, eth, sizeof(eth)) < 0)
 		return false;
 	if (eth[12] != 0x08 || eth[13] != 0x00)
 		return false;
-	if (!parse_ip4(skb, 14, &t, &l4, &proto))
+	if (!parse_ip4(skb, xdp, 14, &t, &l4, &proto))
 		return false;
-	if (dev->encap) {
+	if (encap) {
 		if (proto != IPPROTO_UDP)
 			return false;
 		__u16 dport = ((__u16)t.b[10] << 8) | t.b[11];
 		if (dport != vxlan_port)
 			return false;
 		__u32 in = l4 + 8 + 8; /* UDP, VXLAN */
-		if (bpf_skb_load_bytes(skb, in, eth, sizeof(eth)) < 0)
+		if (load_bytes(skb, xdp, in, eth, sizeof(eth)) < 0)
 			return false;
 		if (eth[12] != 0x08 || eth[13] != 0x00)
 			return false;
-		if (!parse_ip4(skb, in + 14, &t, &l4, &proto))
+		if (!parse_ip4(skb, xdp, in + 14, &t, &l4, &proto))
 			return false;
 	}
 	__builtin_memcpy(mac->mac, eth, 6);
@@ -148,10 +183,27 @@ static __always_inline bool flow_hash(struct __sk_buff *skb, const struct steer_
 }
 
 /* rps_hash returns a non-zero hash for which RPS over n CPUs picks map
- * position idx: the middle of [idx, idx+1) * 2^32 / n. Go: RPSHash. */
-static __always_inline __u32 rps_hash(__u32 idx, __u32 n)
+ * position idx and whose offset in that position's range carries the
+ * packet number seq: ceil(idx * 2^32 / n) + 1 + seq (16 bits; a range is
+ * at least 2^26 wide for n <= 64). Go: RPSHash. */
+static __always_inline __u32 rps_hash(__u32 idx, __u32 n, __u32 seq)
 {
-	return (__u32)((((__u64)idx * 2 + 1) << 31) / n);
+	__u64 lo = (((__u64)idx << 32) + n - 1) / n;
+	return (__u32)(lo + 1 + (seq & 0xffff));
+}
+
+/* hash_seq is the packet number rps_hash put in hash. Go: HashSeq. */
+static __always_inline __u32 hash_seq(__u32 hash, __u32 n)
+{
+	__u32 idx = (__u32)(((__u64)hash * n) >> 32);
+	__u64 lo = (((__u64)idx << 32) + n - 1) / n;
+	return (__u32)(hash - lo - 1) & 0xffff;
+}
+
+static __always_inline __u32 segs_of(struct __sk_buff *skb)
+{
+	__u32 s = skb->gso_segs;
+	return s ? s : 1;
 }
 
 SEC("tc")
@@ -168,7 +220,7 @@ int steer_ingress(struct __sk_buff *skb)
 	__u32 n = cfg->n_cpus;
 	__u32 fh = 0;
 	struct steer_ep_key mac = {};
-	if (!flow_hash(skb, dev, cfg->vxlan_port, &fh, &mac)) {
+	if (!flow_hash(skb, false, dev->encap, cfg->vxlan_port, &fh, &mac)) {
 		count(S_NO_FLOW);
 		return TC_ACT_UNSPEC;
 	}
@@ -183,7 +235,11 @@ int steer_ingress(struct __sk_buff *skb)
 	__u32 h1 = hash32(fh + stage);
 	__u32 idx = h1 % n;
 	__u32 reason;
-	if (!(cfg->flags & STEER_F_ON)) {
+	if (dev->flags & STEER_DEV_OFF) {
+		/* numbering only (first stage without tc steering): the
+		 * next device has no RPS, the hash only carries the number */
+		reason = S_STATIC;
+	} else if (!(cfg->flags & STEER_F_ON)) {
 		/* lines 10-12: the original path, this stage's CPU */
 		__u32 cur = bpf_get_smp_processor_id();
 		reason = S_OFF;
@@ -211,23 +267,209 @@ int steer_ingress(struct __sk_buff *skb)
 			reason = S_SECOND;
 		}
 	}
-	__u32 wh = rps_hash(idx, n);
-	bpf_set_hash(skb, wh);
 	count(reason);
 
-	struct steer_flow_key fk = {.flow_hash = fh, .stage_id = stage};
-	struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &idx);
+	/* Number the packet (entry) or read its number (later stages). */
 	__u64 now = bpf_ktime_get_ns();
+	__u32 segs = segs_of(skb);
+	__u32 last = 0;
+	bool have = false;
+	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
+	if (dev->flags & STEER_DEV_ENTRY) {
+		if (!g) {
+			struct steer_guard ng = {.done_seq = 0xffff};
+			bpf_map_update_elem(&steer_guards, &fh, &ng, BPF_NOEXIST);
+			g = bpf_map_lookup_elem(&steer_guards, &fh);
+		}
+		if (g) {
+			__u32 first = __sync_fetch_and_add(&g->next_seq, segs);
+			last = first + segs - 1;
+			g->last_ns = now;
+			have = true;
+			/* Frames that came through steer_xdp carry its mark. */
+			void *meta = (void *)(long)skb->data_meta;
+			void *data = (void *)(long)skb->data;
+			if (meta + 4 <= data && *(__u32 *)meta == STEER_META_MAGIC)
+				__sync_fetch_and_add(&g->entry_frames, segs);
+		}
+	} else if (g) {
+		last = hash_seq(skb->hash, n);
+		have = true;
+	}
+	__u32 first = last - segs + 1;
+	/* Every packet before this one delivered (or dropped)? */
+	bool drained = have && ((g->done_seq + 1 - first) & 0xffff) == 0 && now - g->done_ns >= cfg->settle_ns;
+
+	/* A container device's ifindex lives in its own namespace: keyed
+	 * apart from the host's devices. */
+	__u32 key_stage = (dev->flags & STEER_DEV_BY_MAC) ? stage | STEER_STAGE_CTR : stage;
+	struct steer_flow_key fk = {.flow_hash = fh, .stage_id = key_stage};
 	struct steer_flow *f = bpf_map_lookup_elem(&steer_flows, &fk);
+	if (!f) {
+		struct steer_flow nf = {};
+		bpf_map_update_elem(&steer_flows, &fk, &nf, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&steer_flows, &fk);
+	}
+	__u32 use = idx;
 	if (f) {
+		__u32 old = f->committed;
+		if (old && old - 1 != idx && old <= n) {
+			bool idle = cfg->idle_ms && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
+			if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
+				f->committed = idx + 1;
+				__sync_fetch_and_add(&f->switches, 1);
+				count(S_SWITCH);
+			} else {
+				use = old - 1;
+				__sync_fetch_and_add(&f->deferred, 1);
+				count(S_DEFERRED);
+			}
+		} else if (!old) {
+			f->committed = idx + 1;
+		}
+	}
+	__u32 wh = rps_hash(use, n, last);
+	bpf_set_hash(skb, wh);
+
+	if (f) {
+		struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &use);
+		struct steer_cpu *w = bpf_map_lookup_elem(&steer_cpus, &idx);
 		__sync_fetch_and_add(&f->packets, 1);
+		if (reason == S_SECOND)
+			__sync_fetch_and_add(&f->second, 1);
+		else if (reason == S_OFF)
+			__sync_fetch_and_add(&f->off, 1);
+		else
+			__sync_fetch_and_add(&f->first, 1);
 		f->last_ns = now;
 		f->cpu = c ? c->cpu : 0;
+		f->want_cpu = w ? w->cpu : 0;
 		f->reason = reason;
 		f->rps_hash = wh;
-	} else {
-		struct steer_flow nf = {.packets = 1, .last_ns = now, .cpu = c ? c->cpu : 0, .reason = reason, .rps_hash = wh};
-		bpf_map_update_elem(&steer_flows, &fk, &nf, BPF_ANY);
 	}
 	return TC_ACT_UNSPEC;
+}
+
+/* steer_done, on the tc ingress of each container device (the last
+ * device of the path, after the last steered queue): records the number
+ * of the flow's last delivered packet for the guard. */
+SEC("tc")
+int steer_done(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
+	if (!cfg || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS)
+		return TC_ACT_UNSPEC;
+	struct steer_ep_key mac = {};
+	__u32 fh = 0;
+	if (!flow_hash(skb, false, 0, cfg->vxlan_port, &fh, &mac))
+		return TC_ACT_UNSPEC;
+	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
+	if (!g)
+		return TC_ACT_UNSPEC;
+	g->done_seq = hash_seq(skb->hash, cfg->n_cpus);
+	g->done_ns = bpf_ktime_get_ns();
+	g->done_cpu = bpf_get_smp_processor_id();
+	count(S_DONE);
+	return TC_ACT_UNSPEC;
+}
+
+/* steer_xdp, in driver mode on the receiving underlay: first-stage
+ * offload. It redirects each flow to a cpumap entry on a CPU of the first
+ * stage set (hash_32(flow hash + underlay ifindex) over it), so the whole
+ * receive stack of that packet runs in the cpumap kthread of that CPU
+ * instead of on the sender's. Turning it on or off changes a flow's CPU
+ * only when none of its frames is between this hook and the delivery (the
+ * guard; frames carry a metadata mark to the tc entry). */
+SEC("xdp")
+int steer_xdp(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
+	if (!cfg || cfg->n_first == 0 || cfg->n_first > STEER_MAX_CPUS || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS)
+		return XDP_PASS;
+	__u32 fh = 0;
+	struct steer_ep_key mac = {};
+	if (!flow_hash(ctx, true, 1, cfg->vxlan_port, &fh, &mac) && !flow_hash(ctx, true, 0, cfg->vxlan_port, &fh, &mac)) {
+		count(S_NO_FLOW);
+		return XDP_PASS;
+	}
+	__u32 stage = ctx->ingress_ifindex;
+	__u32 want = STEER_PASS, reason = S_OFF;
+	if (cfg->flags & STEER_F_FIRST_ON) {
+		want = hash32(fh + stage) % cfg->n_first;
+		reason = S_STATIC;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
+	if (!g) {
+		struct steer_guard ng = {.done_seq = 0xffff};
+		bpf_map_update_elem(&steer_guards, &fh, &ng, BPF_NOEXIST);
+		g = bpf_map_lookup_elem(&steer_guards, &fh);
+	}
+	/* Keyed apart from the tc stages (a container device's ifindex, in
+	 * its own namespace, may equal the underlay's). */
+	struct steer_flow_key fk = {.flow_hash = fh, .stage_id = stage | STEER_STAGE_XDP};
+	struct steer_flow *f = bpf_map_lookup_elem(&steer_flows, &fk);
+	if (!f) {
+		struct steer_flow nf = {};
+		bpf_map_update_elem(&steer_flows, &fk, &nf, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&steer_flows, &fk);
+	}
+	if (!f || !g)
+		return XDP_PASS;
+	__u32 use = want, val = want == STEER_PASS ? STEER_PASS : want + 1;
+	__u32 old = f->committed;
+	if (old && old != val) {
+		bool drained = ((g->next_seq - 1 - g->done_seq) & 0xffff) == 0 && g->xdp_frames == g->entry_frames &&
+			       now - g->done_ns >= cfg->settle_ns;
+		bool idle = cfg->idle_ms && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
+		if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
+			f->committed = val;
+			__sync_fetch_and_add(&f->switches, 1);
+			count(S_SWITCH);
+		} else {
+			use = old == STEER_PASS ? STEER_PASS : old - 1;
+			__sync_fetch_and_add(&f->deferred, 1);
+			count(S_DEFERRED);
+		}
+	} else if (!old) {
+		f->committed = val;
+	}
+	count(reason);
+	__sync_fetch_and_add(&g->xdp_frames, 1);
+
+	__u32 cur = bpf_get_smp_processor_id(), cpu = cur, wcpu = cur;
+	if (use != STEER_PASS) {
+		__u32 *c = bpf_map_lookup_elem(&steer_first_cpus, &use);
+		if (!c)
+			return XDP_PASS;
+		cpu = *c;
+	}
+	if (want != STEER_PASS) {
+		__u32 *c = bpf_map_lookup_elem(&steer_first_cpus, &want);
+		if (c)
+			wcpu = *c;
+	}
+	__sync_fetch_and_add(&f->packets, 1);
+	if (reason == S_OFF)
+		__sync_fetch_and_add(&f->off, 1);
+	else
+		__sync_fetch_and_add(&f->first, 1);
+	f->last_ns = now;
+	f->cpu = cpu;
+	f->want_cpu = wcpu;
+	f->reason = reason;
+
+	/* Mark the frame for the entry's frame count (GRO keeps equal marks
+	 * mergeable). */
+	if (bpf_xdp_adjust_meta(ctx, -4) == 0) {
+		void *meta = (void *)(long)ctx->data_meta;
+		void *data = (void *)(long)ctx->data;
+		if (meta + 4 <= data)
+			*(__u32 *)meta = STEER_META_MAGIC;
+	}
+	if (use == STEER_PASS)
+		return XDP_PASS;
+	return bpf_redirect_map(&steer_cpumap, cpu, XDP_PASS);
 }

@@ -14,9 +14,20 @@
 #define STEER_F_ON (1U << 0)            /* average load below threshold */
 #define STEER_F_DYNAMIC (1U << 1)       /* two choices; else hash only */
 #define STEER_F_EXCLUDE_FIRST (1U << 2) /* second choice never the first */
+#define STEER_F_NO_GUARD (1U << 3)      /* switch at once (tests: reorders) */
+#define STEER_F_FIRST_ON (1U << 4)      /* XDP: redirect to the first-stage CPUs */
+
+#define STEER_MAP_TYPE_CPUMAP 16  /* BPF_MAP_TYPE_CPUMAP */
+#define STEER_META_MAGIC 0x52584c31U /* "RXL1": XDP metadata, packet saw steer_xdp */
+#define STEER_STAGE_CTR 0x40000000U /* ... of a container device's stage: | ifindex */
+#define STEER_STAGE_XDP 0x80000000U /* steer_flow_key.stage_id of the XDP stage: | ifindex */
+#define STEER_PASS 0xffff /* steer_flow.committed of the XDP stage: XDP_PASS */
+
 
 /* steer_dev.flags. Go: devByMAC */
 #define STEER_DEV_BY_MAC (1U << 0) /* next stage found by inner dst MAC */
+#define STEER_DEV_ENTRY (1U << 1)  /* first steering point: numbers packets */
+#define STEER_DEV_OFF (1U << 2)    /* number only: the next stage is not steered */
 
 /* The one configuration entry. Go twin: steerConfig. */
 struct steer_cfg {
@@ -24,6 +35,14 @@ struct steer_cfg {
 	__u32 threshold;  /* per-CPU load threshold, permille */
 	__u32 flags;      /* STEER_F_* */
 	__u32 vxlan_port; /* UDP port of encapsulated traffic, host order */
+	/* A flow-stage idle this long may switch CPU even if the guard never
+	 * saw its packets delivered (no done hook on its path); 0: never. */
+	__u32 idle_ms;
+	__u32 n_first; /* first-stage (XDP cpumap) CPUs; 0: no first stage */
+	/* The last delivery must be this old before a switch: the done hook
+	 * runs before the IP/socket layers finish the packet on its CPU. */
+	__u32 settle_ns;
+	__u32 pad;
 };
 
 /* Position i of the CPU set (ascending, as RPS orders its map).
@@ -57,10 +76,44 @@ struct steer_flow_key {
 struct steer_flow {
 	__u64 packets;
 	__u64 last_ns;
-	__u32 cpu;    /* CPU the next stage was steered to */
-	__u32 reason; /* enum steer_reason of the last packet */
+	__u64 first;    /* packets whose choice was the first choice */
+	__u64 second;   /* ... the second choice */
+	__u64 off;      /* ... off by load (stage left on the current CPU) */
+	__u64 deferred; /* packets kept on the old CPU by the in-flight guard */
+	__u64 switches; /* committed CPU changes */
+	__u32 cpu;      /* CPU the next stage was steered to (committed) */
+	__u32 reason;   /* enum steer_reason of the last packet */
 	__u32 rps_hash; /* the hash written for the next device's RPS */
+	__u32 committed; /* position + 1 of the committed CPU, 0: none yet */
+	__u32 want_cpu;  /* CPU the rule chose for the last packet */
 	__u32 pad;
+};
+
+/* In-flight guard, per flow (RFS's last_qtail idea). The entry program
+ * numbers the flow's packets (16 bits, carried in the low bits of the
+ * written RPS hash, which survives decap, the bridge and the namespace
+ * hop); the done program on the container device records the number of
+ * the last packet delivered. A stage's CPU may change on a packet whose
+ * first number is done_seq + 1: every earlier packet has left every queue
+ * the old CPU owns (or was dropped). Go twin: guardEntry. */
+struct steer_guard {
+	__u64 last_ns;  /* last packet at the entry */
+	__u64 done_ns;  /* last packet at the done hook */
+	__u32 next_seq; /* number of the next packet to enter */
+	__u32 done_seq; /* number of the last packet delivered */
+	/* Frames steer_xdp saw, and how many of them reached the entry (the
+	 * XDP stage may change only when they are equal, i.e. none is queued
+	 * between XDP and the entry). */
+	__u32 xdp_frames;
+	__u32 entry_frames;
+	__u32 done_cpu; /* CPU of the last delivery (the last stage's CPU) */
+	__u32 pad;
+};
+
+/* Value of the cpumap. */
+struct steer_cpumap_val {
+	__u32 qsize;
+	__u32 prog_fd;
 };
 
 /* Per-packet outcome, index of the per-CPU counters. Go twin: Reason. */
@@ -71,7 +124,11 @@ enum steer_reason {
 	S_STATIC = 3,  /* static mode: hash only */
 	S_NO_FLOW = 4, /* not IPv4 UDP/TCP: hash untouched */
 	S_NO_DEV = 5,  /* device or configuration unknown: hash untouched */
-	S_MAX = 6,
+	/* Counters only (not a packet's reason): */
+	S_DEFERRED = 6, /* a change of CPU deferred by the in-flight guard */
+	S_SWITCH = 7,   /* a change of CPU committed */
+	S_DONE = 8,     /* packets seen by the done hook */
+	S_MAX = 9,
 };
 
 #endif

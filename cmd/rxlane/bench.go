@@ -292,6 +292,7 @@ func newBenchThroughputCmd() *cobra.Command {
 		layout, rates, dur string = "", "100k,200k,300k,400k,600k", "3s"
 		asJSON, noTrace    bool
 		jsonOut            []string
+		cmp                compareFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "throughput",
@@ -326,6 +327,9 @@ Examples:
 				return usageError{err}
 			}
 			o.Progress = cmd.ErrOrStderr()
+			if cmp.on {
+				return runThroughputCompare(cmd, o, cmp, rates, asJSON, jsonOut)
+			}
 			o.StageProbe = newStageProbe(noTrace)
 			rep, err := bench.Throughput(cmd.Context(), o)
 			if err != nil {
@@ -354,6 +358,7 @@ Examples:
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
 	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
 	f.BoolVar(&noTrace, "no-trace", false, "do not attach the BPF tracer that reports which CPU ran each stage")
+	cmp.register(cmd)
 	return cmd
 }
 

@@ -45,8 +45,16 @@ the per-CPU threshold, and no steering while the set's average load is above
 the global threshold. A tc ingress program writes the hash that makes the
 next device's RPS (whose rps_cpus become the CPU set) pick that CPU.
 
+An in-flight guard changes a flow's stage CPU only when none of its packets
+is still queued on the old CPU, so choices may change (second choice, load
+threshold, enable, disable) without reordering. --first-stage cpumap also
+moves the first stage off the polling CPU with XDP and a cpumap (with a
+veth underlay the sending end needs tx checksum offload off:
+--sender-tx-off does that in an rxlane testbed).
+
   rxlane steer enable --netns rxl-hostB --cpus 0-3 --follow
-  rxlane steer status --netns rxl-hostB
+  rxlane steer enable --netns rxl-hostB --first-stage cpumap --first-cpus 1 --stages none --sender-tx-off
+  rxlane steer status --netns rxl-hostB [--json]
   rxlane steer disable --netns rxl-hostB
 
 See docs/steer.md.`,
@@ -60,7 +68,7 @@ See docs/steer.md.`,
 
 func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 	var (
-		cpus               string
+		cpus, firstCPUs    string
 		o                  steer.Options
 		follow             bool
 		interval, duration time.Duration
@@ -86,7 +94,15 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 			if interval <= 0 {
 				return usagef("--interval must be positive")
 			}
-			o.Netns, o.CPUs, o.StateFile = f.netns, set, state
+			if firstCPUs != "" {
+				if o.FirstCPUs, err = isolate.ParseCPUList(firstCPUs); err != nil {
+					return usagef("--first-cpus: %v", err)
+				}
+			}
+			o.Netns, o.CPUs, o.StateFile, o.StartOff = f.netns, set, state, follow
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
 			st, err := steer.Enable(o)
 			if err != nil {
 				return err
@@ -97,6 +113,12 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 				}
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "steering on CPUs %v (static=%v)\n", st.CPUs, st.Static)
+				if fs := st.FirstStage; fs != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "  first stage: XDP (driver mode) on %s/%s redirects each flow to a cpumap entry on CPUs %v\n", st.Netns, fs.Device, fs.CPUs)
+					if fs.PeerTx != nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "  tx checksum offload turned off on the sender end %s/%s (restored by disable)\n", fs.PeerTx.Netns, fs.PeerTx.Dev)
+					}
+				}
 				for _, s := range st.Stages {
 					fmt.Fprintf(cmd.OutOrStdout(), "  stage %-5s %s/%s (ifindex %d), chosen at %s ingress\n", s.Name, s.Netns, s.Device, s.Ifindex, s.Via)
 				}
@@ -137,7 +159,12 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 	cmd.Flags().Float64Var(&o.AvgThreshold, "avg-threshold", 0.85, "average load of the set above which steering is off (FALCON_LOAD_THRESHOLD)")
 	cmd.Flags().Float64Var(&o.Hysteresis, "hysteresis", 0.1, "steering turns back on below avg-threshold minus this")
 	cmd.Flags().BoolVar(&o.Static, "static", false, "hash choice only (no load, no second choice)")
-	cmd.Flags().StringSliceVar(&o.Stages, "stages", nil, "stage transitions to steer: vxlan, veth (default both)")
+	cmd.Flags().StringSliceVar(&o.Stages, "stages", nil, "stage transitions to steer with tc + RPS: vxlan, veth (default both), or none (with --first-stage)")
+	cmd.Flags().StringVar(&o.FirstStage, "first-stage", "", `first-stage offload: "cpumap" attaches XDP (driver mode) to the underlay and redirects each flow to a cpumap CPU`)
+	cmd.Flags().StringVar(&firstCPUs, "first-cpus", "", "CPUs of the first stage with --first-stage cpumap (default: --cpus)")
+	cmd.Flags().BoolVar(&o.SenderTxOff, "sender-tx-off", false, "with --first-stage on a veth underlay whose peer is in an rxlane testbed: turn tx checksum offload off at the sending end (restored by disable)")
+	cmd.Flags().BoolVar(&o.NoGuard, "no-guard", false, "switch a flow's stage CPU at once, without the in-flight guard (reorders; for demonstrations)")
+	cmd.Flags().MarkHidden("no-guard")
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep running: sample per-CPU load and publish it to the datapath")
 	cmd.Flags().DurationVar(&interval, "interval", 200*time.Millisecond, "load sampling window with --follow")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop following after this long (0: until interrupted)")
@@ -187,18 +214,49 @@ func printSteerStatus(w io.Writer, st steer.Status) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "on\t%v\tstatic\t%v\n", st.On, st.Static)
+	mode := "dynamic (two choices)"
+	if st.Static {
+		mode = "static (hash only)"
+	}
+	state := "on"
+	if !st.On {
+		state = "off by load (stages stay on their current CPU)"
+	}
+	fmt.Fprintf(tw, "steering\t%s, %s\n", state, mode)
+	if st.State != nil {
+		fmt.Fprintf(tw, "thresholds\tper-CPU %.0f%%, average %.0f%% (back on below %.0f%%)\n", 100*st.State.Threshold,
+			100*st.State.AvgThreshold, 100*(st.State.AvgThreshold-st.State.Hysteresis))
+		if fs := st.State.FirstStage; fs != nil {
+			fmt.Fprintf(tw, "first stage\tXDP cpumap on %s -> CPUs %v\n", fs.Device, fs.CPUs)
+		}
+	}
+	fmt.Fprintf(tw, "average load\t%.1f%%\n\n", 100*st.AvgLoad)
 	fmt.Fprintln(tw, "CPU\tLOAD")
 	for _, c := range st.CPUs {
 		fmt.Fprintf(tw, "%d\t%.1f%%\n", c.CPU, 100*c.Load)
 	}
-	fmt.Fprintln(tw, "COUNTER\tPACKETS")
-	for _, name := range []string{"first", "second", "off", "static", "no_flow", "no_dev"} {
+	fmt.Fprintln(tw, "\nCOUNTER\tPACKETS")
+	for _, name := range []string{"first", "second", "off", "static", "no_flow", "no_dev", "guard_deferred", "switches", "delivered"} {
 		fmt.Fprintf(tw, "%s\t%d\n", name, st.Counters[name])
 	}
-	fmt.Fprintln(tw, "FLOW\tSTAGE\tDEVICE\tCPU\tCHOICE\tPACKETS")
+	tw.Flush()
+	fmt.Fprintln(w, "\nactive flows (last packet < 1 s ago): the CPU running each stage")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLOW\tSTAGE\tDEVICE\tCPU\tWANT\tLAST\tPACKETS\tFIRST\tSECOND\tOFF-BY-LOAD\tDEFERRED\tSWITCHES\tIN-FLIGHT")
+	idle := 0
 	for _, fl := range st.Flows {
-		fmt.Fprintf(tw, "%08x\t%s\t%s\t%d\t%s\t%d\n", fl.FlowHash, fl.Stage, fl.Device, fl.CPU, fl.Choice, fl.Packets)
+		if !fl.Active {
+			idle++
+			continue
+		}
+		fmt.Fprintf(tw, "%08x\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", fl.FlowHash, fl.Stage, fl.Device, fl.CPU, fl.WantCPU,
+			fl.Choice, fl.Packets, fl.First, fl.Second, fl.OffLoad, fl.Deferred, fl.Switches, fl.InFlight)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if idle > 0 {
+		fmt.Fprintf(w, "(%d idle flow-stages not shown; --json lists all)\n", idle)
+	}
+	return nil
 }

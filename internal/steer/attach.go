@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/datapath"
@@ -21,6 +23,10 @@ import (
 // The steering tc filter: clsact ingress, this priority (after the lanes'
 // 0xc0de), handle and name. Anything else is someone else's.
 var steerFilter = tcattach.Filter{Name: "rxlane_steer", Prio: 0xc0df, Handle: 1}
+
+// doneFilter runs steer_done (the guard's delivery hook) on the container
+// devices.
+var doneFilter = tcattach.Filter{Name: "rxlane_steer_done", Prio: 0xc0e0, Handle: 1}
 
 // errNoNetns marks a named network namespace that does not exist (any
 // more): disable treats it as already clean.
@@ -60,6 +66,19 @@ type Options struct {
 	Stages []string
 	// StateFile journals what Enable changed.
 	StateFile string
+	// FirstStage "cpumap" offloads the first stage with XDP (driver mode)
+	// on the underlay, redirecting each flow to a cpumap entry on one of
+	// FirstCPUs (default: CPUs). SenderTxOff turns tx checksum offload off
+	// at the underlay's veth peer (only in an rxlane testbed's namespace).
+	FirstStage  string
+	FirstCPUs   []int
+	SenderTxOff bool
+	// StartOff leaves steering off after enable (stages on their current
+	// CPUs) until loads are published with Loads or a Follower.
+	StartOff bool
+	// NoGuard switches a flow's stage CPU at once, without waiting for its
+	// packets in flight (reorders; for tests and demonstrations).
+	NoGuard bool
 }
 
 // RPSChange is one rps_cpus file Enable wrote, with its previous content.
@@ -70,10 +89,21 @@ type RPSChange struct {
 	Prev  string `json:"prev"`
 }
 
-// Attachment is one device the program is attached to.
+// Attachment is one device a program is attached to.
 type Attachment struct {
 	Device        string `json:"device"`
 	CreatedClsact bool   `json:"created_clsact"`
+	// Netns is the device's namespace when it is not the state's (the
+	// done hook on a container device); Done marks that hook.
+	Netns string `json:"netns,omitempty"`
+	Done  bool   `json:"done,omitempty"`
+}
+
+func (a Attachment) filter() tcattach.Filter {
+	if a.Done {
+		return doneFilter
+	}
+	return steerFilter
 }
 
 // Stage is one steered stage transition.
@@ -98,6 +128,7 @@ type State struct {
 	Stages       []Stage      `json:"stages"`
 	Attachments  []Attachment `json:"attachments"`
 	RPS          []RPSChange  `json:"rps"`
+	FirstStage   *FirstStage  `json:"first_stage,omitempty"`
 }
 
 // CPUMask renders a CPU list as a sysfs cpumask ("f", "3", ...).
@@ -123,6 +154,9 @@ func CPUMask(cpus []int) string {
 	return strings.Join(parts, ",")
 }
 
+// Validate checks and normalises the options (Enable calls it too).
+func (o *Options) Validate() error { return o.validate() }
+
 func (o *Options) validate() error {
 	if o.Netns == "" {
 		return errors.New("steer: a host namespace is needed (--netns)")
@@ -146,10 +180,37 @@ func (o *Options) validate() error {
 	if len(o.Stages) == 0 {
 		o.Stages = []string{"vxlan", "veth"}
 	}
+	none := slices.Equal(o.Stages, []string{"none"})
+	if none && o.FirstStage == "" {
+		return errors.New("steer: --stages none steers nothing without --first-stage cpumap")
+	}
 	for _, s := range o.Stages {
-		if s != "vxlan" && s != "veth" {
-			return fmt.Errorf("steer: unknown stage %q (want vxlan, veth)", s)
+		if !none && s != "vxlan" && s != "veth" {
+			return fmt.Errorf("steer: unknown stage %q (want vxlan, veth or none)", s)
 		}
+	}
+	switch o.FirstStage {
+	case "":
+		if len(o.FirstCPUs) > 0 || o.SenderTxOff {
+			return errors.New("steer: --first-cpus and --sender-tx-off need --first-stage cpumap")
+		}
+	case FirstStageCpumap:
+		if len(o.FirstCPUs) == 0 {
+			o.FirstCPUs = o.CPUs
+		}
+		if len(o.FirstCPUs) > MaxCPUs {
+			return fmt.Errorf("steer: want 1..%d first-stage CPUs", MaxCPUs)
+		}
+		o.FirstCPUs = slices.Clone(o.FirstCPUs)
+		slices.Sort(o.FirstCPUs)
+		o.FirstCPUs = slices.Compact(o.FirstCPUs)
+		for _, c := range o.FirstCPUs {
+			if c < 0 {
+				return fmt.Errorf("steer: bad first-stage CPU %d", c)
+			}
+		}
+	default:
+		return fmt.Errorf("steer: unknown first stage %q (want cpumap)", o.FirstStage)
 	}
 	return nil
 }
@@ -312,18 +373,19 @@ func saveState(path string, s *State) error {
 	return os.Rename(tmp, path)
 }
 
-// attach attaches the steering program to dev's tc ingress.
-func attach(dev string, prog *ebpf.Program) (Attachment, error) {
-	created, err := steerFilter.Attach(dev, prog)
+// attach attaches a steering program to dev's tc ingress in the calling
+// thread's namespace.
+func attach(f tcattach.Filter, dev string, prog *ebpf.Program) (Attachment, error) {
+	created, err := f.Attach(dev, prog)
 	if err != nil && !created {
 		return Attachment{}, err // nothing changed on dev
 	}
-	return Attachment{Device: dev, CreatedClsact: created}, err
+	return Attachment{Device: dev, CreatedClsact: created, Done: f == doneFilter}, err
 }
 
-// detach removes the steering filter (and the clsact qdisc if steering
+// detach removes a steering filter (and the clsact qdisc if steering
 // added it and nothing else uses it).
-func detach(a Attachment) error { return steerFilter.Detach(a.Device, a.CreatedClsact) }
+func detach(a Attachment) error { return a.filter().Detach(a.Device, a.CreatedClsact) }
 
 // Enable discovers the stages in o.Netns, sets their rps_cpus to the CPU
 // set, loads bpf/steer.c and attaches it where each steered stage's CPU is
@@ -359,12 +421,17 @@ func Enable(o Options) (st *State, err error) {
 		return st, fmt.Errorf("load steer program: %w", err)
 	}
 	defer objs.Close()
-	flags := uint32(flagOn | flagExcludeFirst)
+	// Attached "off" (every stage on the CPU it runs on without
+	// steering); turned on through the guard once RPS is in place.
+	flags := uint32(flagExcludeFirst)
 	if !o.Static {
 		flags |= flagDynamic
 	}
+	if o.NoGuard {
+		flags |= flagNoGuard
+	}
 	if err := objs.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
-		Flags: flags, VxlanPort: uint32(d.tunnel.Port)}); err != nil {
+		Flags: flags, VxlanPort: uint32(d.tunnel.Port), IdleMs: idleMs, SettleNs: settleNs}); err != nil {
 		return st, fmt.Errorf("write steer config: %w", err)
 	}
 	for i, c := range o.CPUs {
@@ -381,7 +448,12 @@ func Enable(o Options) (st *State, err error) {
 	var atts []att
 	if want("vxlan") {
 		st.Stages = append(st.Stages, Stage{Name: "vxlan", Netns: o.Netns, Device: d.tunnel.Name, Ifindex: d.vxIndex, Via: d.tunnel.Underlay})
-		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1}})
+		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry}})
+	} else if o.FirstStage != "" {
+		// The entry numbers packets for the guard at the underlay, where
+		// steer_xdp's mark is still readable; S2 is not steered (no RPS
+		// on the VXLAN device: the written hash has no effect).
+		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry | devOff}})
 	}
 	if want("veth") && len(d.endpoint) > 0 {
 		for _, e := range d.endpoint {
@@ -390,20 +462,64 @@ func Enable(o Options) (st *State, err error) {
 				return st, fmt.Errorf("write steer endpoints: %w", err)
 			}
 		}
-		atts = append(atts, att{d.tunnel.Name, steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}})
+		dv := steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}
+		if !want("vxlan") && o.FirstStage == "" {
+			dv.Flags |= devEntry
+		}
+		atts = append(atts, att{d.tunnel.Name, dv})
 	}
-	if len(st.Stages) == 0 {
+	if len(st.Stages) == 0 && o.FirstStage == "" {
 		return st, errors.New("steer: no stage to steer found")
+	}
+	if o.FirstStage != "" {
+		if len(d.endpoint) == 0 {
+			return st, errors.New("steer: first-stage offload needs a container endpoint behind the bridge (the guard's delivery hook)")
+		}
+		st.FirstStage = &FirstStage{Device: d.tunnel.Underlay, CPUs: o.FirstCPUs}
+		if err := inNetnsSysfs(o.Netns, func() error {
+			l, err := netlink.LinkByName(d.tunnel.Underlay)
+			if err == nil {
+				st.FirstStage.Ifindex = l.Attrs().Index
+			}
+			return err
+		}); err != nil {
+			return st, err
+		}
+		for i, c := range o.FirstCPUs {
+			if err := objs.SteerCpumap.Put(uint32(c), steerCpumapVal{Qsize: cpumapQueue}); err != nil {
+				return st, fmt.Errorf("add CPU %d to the cpumap: %w", c, err)
+			}
+			if err := objs.SteerFirstCpus.Put(uint32(i), uint32(c)); err != nil {
+				return st, fmt.Errorf("write first-stage CPUs: %w", err)
+			}
+		}
+		var cfg steerConfig
+		if err := objs.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+			return st, fmt.Errorf("read steer config: %w", err)
+		}
+		cfg.NFirst = uint32(len(o.FirstCPUs))
+		if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
+			return st, fmt.Errorf("write steer config: %w", err)
+		}
 	}
 	// Journal before touching the kernel.
 	if err := saveState(o.StateFile, st); err != nil {
 		return st, err
 	}
-	for _, s := range st.Stages {
-		if err := setRPS(s.Netns, s.Device, mask, st); err != nil {
-			return st, err
-		}
-		if err := saveState(o.StateFile, st); err != nil {
+	// The guard's delivery hook on every container device first.
+	for _, e := range d.endpoint {
+		err := inNetnsSysfs(e.netns, func() error {
+			at, err := attach(doneFilter, e.dev, objs.SteerDone)
+			if at.Device != "" {
+				at.Netns = e.netns
+				st.Attachments = append(st.Attachments, at)
+				if serr := saveState(o.StateFile, st); serr != nil {
+					return errors.Join(err, serr)
+				}
+			}
+			return err
+		})
+		if err != nil {
 			return st, err
 		}
 	}
@@ -416,7 +532,7 @@ func Enable(o Options) (st *State, err error) {
 			if err := objs.SteerDevs.Put(uint32(l.Attrs().Index), a.cfg); err != nil {
 				return fmt.Errorf("write steer devices: %w", err)
 			}
-			at, err := attach(a.dev, objs.SteerIngress)
+			at, err := attach(steerFilter, a.dev, objs.SteerIngress)
 			if at.Device != "" {
 				st.Attachments = append(st.Attachments, at)
 				if serr := saveState(o.StateFile, st); serr != nil {
@@ -429,24 +545,96 @@ func Enable(o Options) (st *State, err error) {
 		}
 		return nil
 	})
-	return st, err
+	if err != nil {
+		return st, err
+	}
+	if fs := st.FirstStage; fs != nil {
+		if o.SenderTxOff {
+			if err := senderTxOff(o.Netns, fs, func() error { return saveState(o.StateFile, st) }); err != nil {
+				return st, err
+			}
+		}
+		// Attached with the first stage off (XDP_PASS: the path of an
+		// unsteered packet); turned on with the rest below.
+		if err := attachXDP(o.Netns, fs.Device, objs.SteerXdp.FD()); err != nil {
+			return st, err
+		}
+		info, err := objs.SteerXdp.Info()
+		if err == nil {
+			id, _ := info.ID()
+			fs.XDPProgID = uint32(id)
+		}
+		if err := saveState(o.StateFile, st); err != nil {
+			return st, err
+		}
+	}
+	// RPS on the stages' devices: with steering off the written hash
+	// picks the CPU the stage already runs on, so nothing moves yet.
+	for _, s := range st.Stages {
+		if err := setRPS(s.Netns, s.Device, mask, st); err != nil {
+			return st, err
+		}
+		if err := saveState(o.StateFile, st); err != nil {
+			return st, err
+		}
+	}
+	if o.StartOff {
+		return st, nil
+	}
+	// On: each flow's stages move to their chosen CPUs through the guard.
+	var cfg steerConfig
+	if err := objs.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+		return st, fmt.Errorf("read steer config: %w", err)
+	}
+	cfg.Flags |= flagOn
+	if st.FirstStage != nil {
+		cfg.Flags |= flagFirstOn
+	}
+	if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
+		return st, fmt.Errorf("turn steering on: %w", err)
+	}
+	return st, nil
 }
+
+// DrainTimeout bounds how long Disable waits for the flows' stages to
+// return, through the guard, to their unsteered CPUs before it removes
+// RPS and the programs anyway.
+var DrainTimeout = 2 * time.Second
+
+// DrainTimeouts counts disables that gave up waiting for the drain.
+var DrainTimeouts atomic.Int64
 
 func disable(st *State) error {
 	var errs []error
-	if len(st.Attachments) > 0 {
-		err := inNetnsSysfs(st.Netns, func() error {
-			var es []error
-			for _, a := range st.Attachments {
-				es = append(es, detach(a))
-			}
-			return errors.Join(es...)
-		})
+	// Off first and wait until every active flow's stages are back on the
+	// CPUs they run on without steering (through the guard); only then
+	// RPS and the programs go, so disabling under load does not reorder.
+	if m, err := openMaps(st); err == nil {
+		if err := setOn(m, false); err != nil {
+			errs = append(errs, err)
+		} else if !waitDrained(m, DrainTimeout) {
+			DrainTimeouts.Add(1)
+		}
+		m.Close()
+	}
+	errs = append(errs, restoreRPS(st.RPS))
+	if fs := st.FirstStage; fs != nil && fs.XDPProgID != 0 {
+		errs = append(errs, detachXDP(st.Netns, fs.Device, fs.XDPProgID))
+	}
+	for i := len(st.Attachments) - 1; i >= 0; i-- {
+		a := st.Attachments[i]
+		ns := st.Netns
+		if a.Netns != "" {
+			ns = a.Netns
+		}
+		err := inNetnsSysfs(ns, func() error { return detach(a) })
 		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, restoreRPS(st.RPS))
+	if fs := st.FirstStage; fs != nil {
+		errs = append(errs, restorePeerTx(fs.PeerTx))
+	}
 	return errors.Join(errs...)
 }
 

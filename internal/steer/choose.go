@@ -35,10 +35,14 @@ const (
 	ReasonStatic               // static mode: first choice always
 	ReasonNoFlow               // not IPv4 TCP/UDP: hash left alone
 	ReasonNoDev                // device or configuration unknown
+	// Counters only, not a packet's reason:
+	CountDeferred // a change of CPU deferred by the in-flight guard
+	CountSwitch   // a change of CPU committed
+	CountDone     // packets seen by the done hook (delivered)
 	numReasons
 )
 
-var reasonNames = [...]string{"first", "second", "off", "static", "no_flow", "no_dev"}
+var reasonNames = [...]string{"first", "second", "off", "static", "no_flow", "no_dev", "guard_deferred", "switches", "delivered"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
@@ -96,9 +100,19 @@ func Choose(in ChoiceInput) (int, Reason) {
 }
 
 // RPSHash returns the non-zero hash that makes RPS, with n CPUs in its map,
-// pick map position idx: the kernel takes map[(hash * n) >> 32].
-func RPSHash(idx, n int) uint32 {
-	return uint32((uint64(idx)*2 + 1) << 31 / uint64(n))
+// pick map position idx (the kernel takes map[(hash * n) >> 32]) and that
+// carries the packet number seq (16 bits) for the in-flight guard:
+// ceil(idx * 2^32 / n) + 1 + seq. n must be at most MaxCPUs.
+func RPSHash(idx, n int, seq uint32) uint32 {
+	lo := (uint64(idx)<<32 + uint64(n) - 1) / uint64(n)
+	return uint32(lo + 1 + uint64(seq&0xffff))
+}
+
+// HashSeq is the packet number RPSHash put in hash.
+func HashSeq(hash uint32, n int) uint32 {
+	idx := uint64(RPSIndex(hash, n))
+	lo := (idx<<32 + uint64(n) - 1) / uint64(n)
+	return uint32(uint64(hash)-lo-1) & 0xffff
 }
 
 // RPSIndex is the kernel's reciprocal_scale(hash, n): the map position RPS

@@ -82,12 +82,17 @@ func TestChooseSecondChoice(t *testing.T) {
 func TestRPSHash(t *testing.T) {
 	for n := 1; n <= MaxCPUs; n++ {
 		for i := 0; i < n; i++ {
-			h := RPSHash(i, n)
-			if h == 0 {
-				t.Fatalf("RPSHash(%d,%d) = 0: RPS ignores a zero hash", i, n)
-			}
-			if got := RPSIndex(h, n); got != i {
-				t.Fatalf("RPSHash(%d,%d)=%#x maps to %d", i, n, h, got)
+			for _, seq := range []uint32{0, 1, 2, 0x7fff, 0xfffe, 0xffff, 0x10000, 0x12345} {
+				h := RPSHash(i, n, seq)
+				if h == 0 {
+					t.Fatalf("RPSHash(%d,%d,%d) = 0: RPS ignores a zero hash", i, n, seq)
+				}
+				if got := RPSIndex(h, n); got != i {
+					t.Fatalf("RPSHash(%d,%d,%d)=%#x maps to %d", i, n, seq, h, got)
+				}
+				if got := HashSeq(h, n); got != seq&0xffff {
+					t.Fatalf("HashSeq(RPSHash(%d,%d,%d)) = %d", i, n, seq, got)
+				}
 			}
 		}
 	}

@@ -4,4 +4,4 @@
 // RPS hash) and of the stages' rps_cpus. See docs/steer.md.
 package steer
 
-//go:generate go tool bpf2go -tags linux -target bpfel steer ../../bpf/steer.c -- -Wall -Werror -I../../bpf/include
+//go:generate go tool bpf2go -tags linux -target bpfel steer ../../bpf/steer.c -- -mcpu=v3 -Wall -Werror -I../../bpf/include

@@ -28,6 +28,7 @@ func TestLayoutMatchesC(t *testing.T) {
 		{"steer_ep_key", endpointKey{}},
 		{"steer_flow_key", flowKey{}},
 		{"steer_flow", flowEntry{}},
+		{"steer_guard", guardEntry{}},
 	} {
 		bpftest.StructMatches(t, spec, tc.c, tc.go_)
 	}
@@ -100,6 +101,15 @@ func inner(sport uint16, proto uint8) []byte {
 	return eth(ctrMAC, 0x0800, ip4("198.19.0.1", "198.19.0.2", proto, 0, l4(sport, 7000, 32)))
 }
 
+// vxFrameFor is a VXLAN frame on the wire carrying an inner UDP datagram
+// from source port sport.
+func vxFrameFor(sport uint16) []byte {
+	in := inner(sport, 17)
+	udp := l4(40000+sport, 4789, 8+len(in))[:8]
+	return eth([]byte{2, 0x72, 0x78, 0xff, 0, 2}, 0x0800,
+		ip4("198.18.0.1", "198.18.0.2", 17, 0, append(append(udp, 0x08, 0, 0, 0, 0, 0, 42, 0), in...)))
+}
+
 func TestProgramWritesRPSHash(t *testing.T) {
 	requireBPF(t)
 	var o steerObjects
@@ -112,6 +122,9 @@ func TestProgramWritesRPSHash(t *testing.T) {
 	loads := []float64{0, 0, 0, 0}
 	setup := func(flags uint32, encapDev bool) {
 		t.Helper()
+		// Fresh flows: the guard would keep a known flow on its CPU.
+		clearMap(t, o.SteerFlows)
+		clearMap(t, o.SteerGuards)
 		if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 4, Threshold: 850, Flags: flags, VxlanPort: 4789}); err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +135,7 @@ func TestProgramWritesRPSHash(t *testing.T) {
 		}
 		d := steerDev{StageID: vxIdx}
 		if encapDev {
-			d.Encap = 1
+			d.Encap, d.Flags = 1, devEntry
 		} else {
 			d.StageID, d.Flags = 77, devByMAC
 		}
@@ -149,7 +162,11 @@ func TestProgramWritesRPSHash(t *testing.T) {
 		t.Helper()
 		h := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
 		var f flowEntry
-		if err := o.SteerFlows.Lookup(flowKey{FlowHash: h, StageID: stage}, &f); err != nil {
+		key := flowKey{FlowHash: h, StageID: stage}
+		if stage == ctIdx {
+			key.StageID |= stageCtr // a container device's stage
+		}
+		if err := o.SteerFlows.Lookup(key, &f); err != nil {
 			t.Fatalf("flow %d stage %d not recorded: %v", sport, stage, err)
 		}
 		return f
@@ -169,12 +186,7 @@ func TestProgramWritesRPSHash(t *testing.T) {
 	// Encapsulated at the wire: choose the vxlan device's CPU from the
 	// inner 5-tuple.
 	setup(flagOn|flagDynamic|flagExcludeFirst, true)
-	vxFrame := func(sport uint16) []byte {
-		in := inner(sport, 17)
-		udp := l4(40000+sport, 4789, 8+len(in))[:8]
-		return eth([]byte{2, 0x72, 0x78, 0xff, 0, 2}, 0x0800,
-			ip4("198.18.0.1", "198.18.0.2", 17, 0, append(append(udp, 0x08, 0, 0, 0, 0, 0, 42, 0), in...)))
-	}
+	vxFrame := vxFrameFor
 	for sport := uint16(5000); sport < 5040; sport++ {
 		run(vxFrame(sport))
 		check("first", sport, vxIdx, ChoiceInput{On: true, ExcludeFirst: true})
@@ -228,6 +240,127 @@ func TestProgramWritesRPSHash(t *testing.T) {
 	if after[ReasonNoFlow]-before[ReasonNoFlow] != 2 {
 		t.Fatalf("no_flow counter moved by %d, want 2", after[ReasonNoFlow]-before[ReasonNoFlow])
 	}
+}
+
+func clearMap(t *testing.T, m *ebpf.Map) {
+	t.Helper()
+	var keys [][]byte
+	var k, v []byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGuardDefersWhileInFlight: a flow committed to a CPU keeps it while
+// any of its packets is in flight (numbered at the entry, not yet seen by
+// the done hook), even when the rule now picks another CPU; it switches on
+// the first packet after the done hook saw every earlier one. The written
+// hash carries the packet's number.
+func TestGuardDefersWhileInFlight(t *testing.T) {
+	requireBPF(t)
+	var o steerObjects
+	if err := loadSteerObjects(&o, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	const wireIdx, vxIdx, n = 1, 5, 4
+	if err := o.SteerDevs.Put(uint32(wireIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: n, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst, VxlanPort: 4789}); err != nil {
+		t.Fatal(err)
+	}
+	setLoads := func(l []float64) {
+		t.Helper()
+		for i := range n {
+			if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i), Load: permille(l[i])}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const sport = 5000
+	fh := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
+	in := ChoiceInput{FlowHash: fh, Stage: vxIdx, CPUs: []int{0, 1, 2, 3}, Loads: make([]float64, n), Threshold: 0.85, On: true, ExcludeFirst: true}
+	first, _ := Choose(in)
+	in.Loads[first] = 0.95
+	second, _ := Choose(in)
+	if first == second {
+		t.Fatal("second choice equals the first")
+	}
+	frame := vxFrameFor(sport)
+	send := func() flowEntry {
+		t.Helper()
+		if _, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: frame}); err != nil {
+			t.Fatal(err)
+		}
+		var f flowEntry
+		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: vxIdx}, &f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	deliver := func(seq uint32) {
+		t.Helper()
+		var g guardEntry
+		if err := o.SteerGuards.Lookup(fh, &g); err != nil {
+			t.Fatal(err)
+		}
+		g.DoneSeq = seq
+		if err := o.SteerGuards.Put(fh, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(f flowEntry, pos int, seq uint32, deferred, switches uint64) {
+		t.Helper()
+		if got := RPSIndex(f.RPSHash, n); got != pos || HashSeq(f.RPSHash, n) != seq || f.Deferred != deferred || f.Switches != switches {
+			t.Fatalf("hash %#x: position %d seq %d, deferred %d, switches %d; want position %d seq %d, deferred %d, switches %d",
+				f.RPSHash, got, HashSeq(f.RPSHash, n), f.Deferred, f.Switches, pos, seq, deferred, switches)
+		}
+	}
+
+	setLoads([]float64{0, 0, 0, 0})
+	want(send(), first, 0, 0, 0) // packet 0: first choice, committed
+	loads := make([]float64, n)
+	loads[first] = 0.95
+	setLoads(loads)
+	// Packet 0 is still in flight: packets 1 and 2 stay on the first CPU.
+	want(send(), first, 1, 1, 0)
+	want(send(), first, 2, 2, 0)
+	// Packets 0 and 1 delivered, 2 still queued: still deferred.
+	deliver(1)
+	f := send()
+	want(f, first, 3, 3, 0)
+	if f.WantCPU != uint32(second) || f.CPU != uint32(first) {
+		t.Fatalf("want_cpu %d cpu %d, want %d on %d", f.WantCPU, f.CPU, second, first)
+	}
+	// Everything up to packet 3 delivered: packet 4 switches.
+	deliver(3)
+	want(send(), second, 4, 3, 1)
+	// The new choice sticks; back to the first only through the guard.
+	setLoads([]float64{0, 0, 0, 0})
+	want(send(), second, 5, 4, 1)
+	deliver(5)
+	want(send(), first, 6, 4, 2)
+	c := counters(t, o.SteerCounters)
+	if c[CountDeferred] != 4 || c[CountSwitch] != 2 {
+		t.Fatalf("counters deferred %d switches %d, want 4 and 2", c[CountDeferred], c[CountSwitch])
+	}
+
+	// Without the guard (flagNoGuard) the switch is immediate.
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: n, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flagNoGuard, VxlanPort: 4789}); err != nil {
+		t.Fatal(err)
+	}
+	setLoads(loads)
+	want(send(), second, 7, 4, 3)
 }
 
 func counters(t *testing.T, m *ebpf.Map) [numReasons]uint64 {

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // openMaps finds the maps of the attached program through its tc filter.
@@ -14,6 +16,9 @@ func openMaps(st *State) (*steerMaps, error) {
 	var m *steerMaps
 	err := inNetnsSysfs(st.Netns, func() error {
 		for _, a := range st.Attachments {
+			if a.Done || a.Netns != "" {
+				continue
+			}
 			l, err := netlink.LinkByName(a.Device)
 			if err != nil {
 				continue
@@ -52,6 +57,8 @@ func openMaps(st *State) (*steerMaps, error) {
 					o.SteerFlows = mp
 				case "steer_counters":
 					o.SteerCounters = mp
+				case "steer_guards":
+					o.SteerGuards = mp
 				default:
 					mp.Close()
 				}
@@ -92,16 +99,63 @@ func publish(m *steerMaps, st *State, loads map[int]float64, on bool) error {
 			return fmt.Errorf("write steer cpus: %w", err)
 		}
 	}
+	return setOn(m, on)
+}
+
+func setOn(m *steerMaps, on bool) error {
 	var cfg steerConfig
 	if err := m.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("read steer config: %w", err)
 	}
 	if on {
 		cfg.Flags |= flagOn
+		if cfg.NFirst > 0 {
+			cfg.Flags |= flagFirstOn
+		}
 	} else {
-		cfg.Flags &^= flagOn
+		cfg.Flags &^= flagOn | flagFirstOn
 	}
 	return m.SteerConfig.Put(uint32(0), cfg)
+}
+
+// monotonicNs is bpf_ktime_get_ns's clock.
+func monotonicNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// activeWindow: a flow-stage with a packet this recent is active.
+const activeWindow = 200 * time.Millisecond
+
+// drained reports whether every active flow-stage's last packet was
+// steered off (to the CPU it was on) and ran where the rule wanted.
+func drained(m *steerMaps) (bool, error) {
+	now := monotonicNs()
+	var k flowKey
+	var f flowEntry
+	it := m.SteerFlows.Iterate()
+	for it.Next(&k, &f) {
+		if now-f.LastNs > uint64(activeWindow) {
+			continue
+		}
+		if Reason(f.Reason) != ReasonOff || f.CPU != f.WantCPU {
+			return false, nil
+		}
+	}
+	return true, it.Err()
+}
+
+// waitDrained polls drained until it holds or timeout passes.
+func waitDrained(m *steerMaps, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := drained(m)
+		if ok || err != nil || time.Now().After(deadline) {
+			return ok
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, bounded by deadline
+	}
 }
 
 // Follower runs Algorithm 1's load tracking: sample, smooth, publish.
@@ -137,10 +191,31 @@ type FlowStage struct {
 	FlowHash uint32 `json:"flow_hash"`
 	Stage    string `json:"stage"`
 	Device   string `json:"device"`
-	CPU      int    `json:"cpu"`
-	Choice   string `json:"choice"`
-	Packets  uint64 `json:"packets"`
-	RPSHash  uint32 `json:"rps_hash"`
+	// CPU runs the stage (the committed choice); WantCPU is what the rule
+	// chose for the last packet (differs while the guard defers).
+	CPU     int    `json:"cpu"`
+	WantCPU int    `json:"want_cpu"`
+	Choice  string `json:"choice"` // reason of the last packet
+	Packets uint64 `json:"packets"`
+	// Per-packet outcomes: first (or static) choice, second choice, off
+	// by load; guard-deferred packets and committed CPU changes.
+	First    uint64 `json:"first"`
+	Second   uint64 `json:"second"`
+	OffLoad  uint64 `json:"off_by_load"`
+	Deferred uint64 `json:"guard_deferred"`
+	Switches uint64 `json:"switches"`
+	// InFlight is the flow's packets numbered at the entry and not yet
+	// seen delivered (the guard's view; drops count until a later packet
+	// is delivered).
+	InFlight uint32 `json:"in_flight"`
+	// DeliveredCPU ran the flow's last stage for its last delivered
+	// packet (seen by the done hook on the container device).
+	DeliveredCPU int `json:"delivered_cpu"`
+	// IdleMs is the time since the stage's last packet; Active is true
+	// when it is below 1 s.
+	IdleMs  float64 `json:"idle_ms"`
+	Active  bool    `json:"active"`
+	RPSHash uint32  `json:"rps_hash"`
 }
 
 // CPULoad is one CPU of the set as the datapath sees it.
@@ -151,9 +226,13 @@ type CPULoad struct {
 
 // Status is what `rxlane steer status` prints.
 type Status struct {
-	Enabled  bool              `json:"enabled"`
-	On       bool              `json:"on"`
-	Static   bool              `json:"static"`
+	Enabled bool `json:"enabled"`
+	// On is false while the set's average load is above the global
+	// threshold (every stage stays on its current CPU).
+	On     bool `json:"on"`
+	Static bool `json:"static"`
+	// AvgLoad is the mean published load of the CPU set.
+	AvgLoad  float64           `json:"avg_load"`
 	State    *State            `json:"state,omitempty"`
 	CPUs     []CPULoad         `json:"cpus"`
 	Counters map[string]uint64 `json:"counters"`
@@ -184,6 +263,7 @@ func ReadStatus(stateFile string) (Status, error) {
 			return s, fmt.Errorf("read steer cpus: %w", err)
 		}
 		s.CPUs = append(s.CPUs, CPULoad{CPU: int(c.CPU), Load: float64(c.Load) / 1000})
+		s.AvgLoad += float64(c.Load) / 1000 / float64(len(st.CPUs))
 	}
 	for r := range numReasons {
 		var v []uint64
@@ -198,15 +278,34 @@ func ReadStatus(stateFile string) (Status, error) {
 	}
 	stage := map[uint32]Stage{}
 	for _, sg := range st.Stages {
-		stage[uint32(sg.Ifindex)] = sg
+		id := uint32(sg.Ifindex)
+		if sg.Name == "veth" {
+			id |= stageCtr
+		}
+		stage[id] = sg
 	}
+	if fs := st.FirstStage; fs != nil {
+		stage[uint32(fs.Ifindex)|stageXDP] = Stage{Name: "wire", Device: fs.Device}
+	}
+	now := monotonicNs()
 	var k flowKey
 	var f flowEntry
 	it := m.SteerFlows.Iterate()
 	for it.Next(&k, &f) {
 		sg := stage[k.StageID]
-		s.Flows = append(s.Flows, FlowStage{FlowHash: k.FlowHash, Stage: sg.Name, Device: sg.Device, CPU: int(f.CPU),
-			Choice: Reason(f.Reason).String(), Packets: f.Packets, RPSHash: f.RPSHash})
+		fs := FlowStage{FlowHash: k.FlowHash, Stage: sg.Name, Device: sg.Device, CPU: int(f.CPU), WantCPU: int(f.WantCPU),
+			Choice: Reason(f.Reason).String(), Packets: f.Packets, First: f.First, Second: f.Second, OffLoad: f.Off,
+			Deferred: f.Deferred, Switches: f.Switches, RPSHash: f.RPSHash}
+		if now > f.LastNs {
+			fs.IdleMs = float64(now-f.LastNs) / 1e6
+		}
+		fs.Active = fs.IdleMs < 1000
+		var g guardEntry
+		if m.SteerGuards != nil && m.SteerGuards.Lookup(k.FlowHash, &g) == nil {
+			fs.InFlight = (g.NextSeq - 1 - g.DoneSeq) & 0xffff
+			fs.DeliveredCPU = int(g.DoneCPU)
+		}
+		s.Flows = append(s.Flows, fs)
 	}
 	if err := it.Err(); err != nil {
 		return s, fmt.Errorf("read steer flows: %w", err)

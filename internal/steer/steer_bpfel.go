@@ -19,12 +19,22 @@ type steerSteerCfg struct {
 	Threshold uint32
 	Flags     uint32
 	VxlanPort uint32
+	IdleMs    uint32
+	N_first   uint32
+	SettleNs  uint32
+	Pad       uint32
 }
 
 type steerSteerCpu struct {
 	_    structs.HostLayout
 	Cpu  uint32
 	Load uint32
+}
+
+type steerSteerCpumapVal struct {
+	_      structs.HostLayout
+	Qsize  uint32
+	ProgFd uint32
 }
 
 type steerSteerDev struct {
@@ -42,13 +52,20 @@ type steerSteerEpKey struct {
 }
 
 type steerSteerFlow struct {
-	_       structs.HostLayout
-	Packets uint64
-	LastNs  uint64
-	Cpu     uint32
-	Reason  uint32
-	RpsHash uint32
-	Pad     uint32
+	_         structs.HostLayout
+	Packets   uint64
+	LastNs    uint64
+	First     uint64
+	Second    uint64
+	Off       uint64
+	Deferred  uint64
+	Switches  uint64
+	Cpu       uint32
+	Reason    uint32
+	RpsHash   uint32
+	Committed uint32
+	WantCpu   uint32
+	Pad       uint32
 }
 
 type steerSteerFlowKey struct {
@@ -57,18 +74,36 @@ type steerSteerFlowKey struct {
 	StageId  uint32
 }
 
+type steerSteerGuard struct {
+	_           structs.HostLayout
+	LastNs      uint64
+	DoneNs      uint64
+	NextSeq     uint32
+	DoneSeq     uint32
+	XdpFrames   uint32
+	EntryFrames uint32
+	DoneCpu     uint32
+	Pad         uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	steerMapSteerConfig    = "steer_config"
 	steerMapSteerCounters  = "steer_counters"
+	steerMapSteerCpumap    = "steer_cpumap"
 	steerMapSteerCpus      = "steer_cpus"
 	steerMapSteerDevs      = "steer_devs"
 	steerMapSteerEndpoints = "steer_endpoints"
+	steerMapSteerFirstCpus = "steer_first_cpus"
 	steerMapSteerFlows     = "steer_flows"
+	steerMapSteerGuards    = "steer_guards"
+	steerProgSteerDone     = "steer_done"
 	steerProgSteerIngress  = "steer_ingress"
+	steerProgSteerXdp      = "steer_xdp"
 	steerVarUnusedFlow     = "unused_flow"
+	steerVarUnusedGuard    = "unused_guard"
 	steerVarUnusedReason   = "unused_reason"
 )
 
@@ -114,7 +149,9 @@ type steerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type steerProgramSpecs struct {
+	SteerDone    *ebpf.ProgramSpec `ebpf:"steer_done"`
 	SteerIngress *ebpf.ProgramSpec `ebpf:"steer_ingress"`
+	SteerXdp     *ebpf.ProgramSpec `ebpf:"steer_xdp"`
 }
 
 // steerMapSpecs contains maps before they are loaded into the kernel.
@@ -123,10 +160,13 @@ type steerProgramSpecs struct {
 type steerMapSpecs struct {
 	SteerConfig    *ebpf.MapSpec `ebpf:"steer_config"`
 	SteerCounters  *ebpf.MapSpec `ebpf:"steer_counters"`
+	SteerCpumap    *ebpf.MapSpec `ebpf:"steer_cpumap"`
 	SteerCpus      *ebpf.MapSpec `ebpf:"steer_cpus"`
 	SteerDevs      *ebpf.MapSpec `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.MapSpec `ebpf:"steer_endpoints"`
+	SteerFirstCpus *ebpf.MapSpec `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.MapSpec `ebpf:"steer_flows"`
+	SteerGuards    *ebpf.MapSpec `ebpf:"steer_guards"`
 }
 
 // steerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -134,6 +174,7 @@ type steerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type steerVariableSpecs struct {
 	UnusedFlow   *ebpf.VariableSpec `ebpf:"unused_flow"`
+	UnusedGuard  *ebpf.VariableSpec `ebpf:"unused_guard"`
 	UnusedReason *ebpf.VariableSpec `ebpf:"unused_reason"`
 }
 
@@ -159,20 +200,26 @@ func (o *steerObjects) Close() error {
 type steerMaps struct {
 	SteerConfig    *ebpf.Map `ebpf:"steer_config"`
 	SteerCounters  *ebpf.Map `ebpf:"steer_counters"`
+	SteerCpumap    *ebpf.Map `ebpf:"steer_cpumap"`
 	SteerCpus      *ebpf.Map `ebpf:"steer_cpus"`
 	SteerDevs      *ebpf.Map `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.Map `ebpf:"steer_endpoints"`
+	SteerFirstCpus *ebpf.Map `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.Map `ebpf:"steer_flows"`
+	SteerGuards    *ebpf.Map `ebpf:"steer_guards"`
 }
 
 func (m *steerMaps) Close() error {
 	return _SteerClose(
 		m.SteerConfig,
 		m.SteerCounters,
+		m.SteerCpumap,
 		m.SteerCpus,
 		m.SteerDevs,
 		m.SteerEndpoints,
+		m.SteerFirstCpus,
 		m.SteerFlows,
+		m.SteerGuards,
 	)
 }
 
@@ -181,6 +228,7 @@ func (m *steerMaps) Close() error {
 // It can be passed to loadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type steerVariables struct {
 	UnusedFlow   *ebpf.Variable `ebpf:"unused_flow"`
+	UnusedGuard  *ebpf.Variable `ebpf:"unused_guard"`
 	UnusedReason *ebpf.Variable `ebpf:"unused_reason"`
 }
 
@@ -188,12 +236,16 @@ type steerVariables struct {
 //
 // It can be passed to loadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type steerPrograms struct {
+	SteerDone    *ebpf.Program `ebpf:"steer_done"`
 	SteerIngress *ebpf.Program `ebpf:"steer_ingress"`
+	SteerXdp     *ebpf.Program `ebpf:"steer_xdp"`
 }
 
 func (p *steerPrograms) Close() error {
 	return _SteerClose(
+		p.SteerDone,
 		p.SteerIngress,
+		p.SteerXdp,
 	)
 }
 

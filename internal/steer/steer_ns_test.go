@@ -13,6 +13,7 @@ import (
 	"sort"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -40,6 +41,12 @@ func snapshot(t *testing.T, tb testbed.Config, n testbed.Node) string {
 			return err
 		}
 		for _, l := range links {
+			if x := l.Attrs().Xdp; x != nil && x.Attached {
+				out = append(out, fmt.Sprintf("%s xdp prog %d mode %d", l.Attrs().Name, x.ProgId, x.AttachMode))
+			}
+			if f, err := features(l.Attrs().Name); err == nil {
+				out = append(out, fmt.Sprintf("%s features %x", l.Attrs().Name, f))
+			}
 			qd, _ := netlink.QdiscList(l)
 			for _, q := range qd {
 				out = append(out, fmt.Sprintf("%s qdisc %s %x", l.Attrs().Name, q.Type(), q.Attrs().Handle))
@@ -56,6 +63,28 @@ func snapshot(t *testing.T, tb testbed.Config, n testbed.Node) string {
 	}
 	sort.Strings(out)
 	return fmt.Sprint(out)
+}
+
+// features returns dev's offload feature words (ETHTOOL_GFEATURES:
+// available, requested, active, never-changed per 32 features).
+func features(dev string) ([]uint32, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	const blocks = 3
+	buf := make([]uint32, 2+4*blocks)
+	buf[0], buf[1] = 0x3a, blocks // ETHTOOL_GFEATURES
+	var ifr ifreqData
+	copy(ifr.name[:], dev)
+	ifr.data = uintptr(unsafe.Pointer(&buf[0]))
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
+	runtime.KeepAlive(buf)
+	if errno != 0 {
+		return nil, errno
+	}
+	return buf[2:], nil
 }
 
 func listen(t *testing.T, tb testbed.Config, n testbed.Node, addr string) *net.UDPConn {

@@ -8,7 +8,15 @@ const (
 	flagOn           = 1 << 0
 	flagDynamic      = 1 << 1
 	flagExcludeFirst = 1 << 2
+	flagNoGuard      = 1 << 3
+	flagFirstOn      = 1 << 4
 	devByMAC         = 1 << 0
+	devEntry         = 1 << 1
+	devOff           = 1 << 2
+	// stageXDP marks the XDP stage's flow key (STEER_STAGE_XDP | ifindex).
+	stageXDP = 1 << 31
+	// stageCtr marks a container device's stage (STEER_STAGE_CTR).
+	stageCtr = 1 << 30
 )
 
 // steerConfig is struct steer_cfg.
@@ -17,7 +25,28 @@ type steerConfig struct {
 	Threshold uint32 // permille
 	Flags     uint32
 	VxlanPort uint32
+	// IdleMs: a flow-stage idle this long may switch CPU even if its
+	// packets were never seen delivered; 0: never.
+	IdleMs uint32
+	NFirst uint32 // first-stage (XDP cpumap) CPUs
+	// SettleNs: the last delivery must be this old before a switch.
+	SettleNs uint32
+	Pad      uint32
 }
+
+// settleNs gives the old CPU time to finish the IP and socket layers of
+// the last packet the done hook saw before another CPU may overtake it.
+const settleNs = 50000
+
+// steerCpumapVal is struct steer_cpumap_val (struct bpf_cpumap_val).
+type steerCpumapVal struct {
+	Qsize  uint32
+	ProgFD uint32
+}
+
+// idleMs is the idle time after which a flow whose delivery the guard
+// cannot see may switch CPU (a packet queued that long is assumed gone).
+const idleMs = 500
 
 // steerCPU is struct steer_cpu.
 type steerCPU struct {
@@ -47,12 +76,31 @@ type flowKey struct {
 
 // flowEntry is struct steer_flow.
 type flowEntry struct {
-	Packets uint64
-	LastNs  uint64
-	CPU     uint32
-	Reason  uint32
-	RPSHash uint32
-	Pad     uint32
+	Packets   uint64
+	LastNs    uint64
+	First     uint64
+	Second    uint64
+	Off       uint64
+	Deferred  uint64
+	Switches  uint64
+	CPU       uint32
+	Reason    uint32
+	RPSHash   uint32
+	Committed uint32
+	WantCPU   uint32
+	Pad       uint32
+}
+
+// guardEntry is struct steer_guard.
+type guardEntry struct {
+	LastNs      uint64
+	DoneNs      uint64
+	NextSeq     uint32
+	DoneSeq     uint32
+	XDPFrames   uint32
+	EntryFrames uint32
+	DoneCPU     uint32
+	Pad         uint32
 }
 
 // permille converts a 0..1 load to the kernel's integer scale.

@@ -1,0 +1,222 @@
+package steer
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"unsafe"
+
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// First-stage offload (--first-stage cpumap): bpf/steer.c's steer_xdp, in
+// driver mode on the receiving underlay device, redirects each flow to a
+// cpumap entry on a CPU of the first-stage set, so the whole receive stack
+// (S1-S3) runs in that CPU's cpumap kthread instead of on the CPU that
+// polled the device (with veth: the sender's).
+
+// FirstStageCpumap is the only first-stage mode.
+const FirstStageCpumap = "cpumap"
+
+// cpumapQueue is each cpumap entry's queue size (frames).
+const cpumapQueue = 2048
+
+// xdpDrvMode is XDP_FLAGS_DRV_MODE: native XDP (veth's own NAPI).
+const xdpDrvMode = 1 << 2
+
+// FirstStage is what enable did for the first stage.
+type FirstStage struct {
+	Device  string `json:"device"`
+	Ifindex int    `json:"ifindex"`
+	CPUs    []int  `json:"cpus"`
+	// XDPProgID is steer_xdp's program ID while it is attached (driver
+	// mode) to Device; disable detaches only that program.
+	XDPProgID uint32 `json:"xdp_prog_id,omitempty"`
+	// PeerTx is the sender end's checksum offload that enable turned off
+	// (--sender-tx-off), to be restored.
+	PeerTx *PeerOffload `json:"peer_tx,omitempty"`
+}
+
+// PeerOffload is a device's tx checksum offload before enable changed it.
+type PeerOffload struct {
+	Netns string `json:"netns"`
+	Dev   string `json:"dev"`
+	Prev  bool   `json:"prev"`
+}
+
+// Legacy ethtool ioctls for tx checksumming (include/uapi/linux/ethtool.h).
+const (
+	ethtoolGTXCSUM = 0x16
+	ethtoolSTXCSUM = 0x17
+)
+
+type ethtoolValue struct{ cmd, data uint32 }
+
+type ifreqData struct {
+	name [unix.IFNAMSIZ]byte
+	data uintptr
+	_    [16]byte
+}
+
+func ethtoolTxCsum(dev string, set *bool) (bool, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	v := ethtoolValue{cmd: ethtoolGTXCSUM}
+	if set != nil {
+		v.cmd = ethtoolSTXCSUM
+		if *set {
+			v.data = 1
+		}
+	}
+	var ifr ifreqData
+	copy(ifr.name[:], dev)
+	ifr.data = uintptr(unsafe.Pointer(&v))
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
+	runtime.KeepAlive(&v)
+	if errno != 0 {
+		return false, fmt.Errorf("ethtool tx-checksum on %s: %w", dev, errno)
+	}
+	return v.data != 0, nil
+}
+
+// underlayPeer finds the other end of a veth underlay: its /run/netns
+// name and device name. ok is false when the underlay is not a veth whose
+// peer lives in a named namespace of this machine.
+func underlayPeer(hostNS, dev string) (ns, peer string, ok bool, err error) {
+	var idx, nsid int
+	err = inNetnsSysfs(hostNS, func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", dev, err)
+		}
+		if _, isVeth := l.(*netlink.Veth); !isVeth || l.Attrs().NetNsID < 0 {
+			return nil
+		}
+		idx, nsid = l.Attrs().ParentIndex, l.Attrs().NetNsID
+		ns, err = peerNetnsName(nsid)
+		return err
+	})
+	if err != nil || ns == "" {
+		return "", "", false, err
+	}
+	err = inNetnsSysfs(ns, func() error {
+		l, err := netlink.LinkByIndex(idx)
+		if err != nil {
+			return fmt.Errorf("find the underlay's peer %d in %s: %w", idx, ns, err)
+		}
+		peer = l.Attrs().Name
+		return nil
+	})
+	return ns, peer, err == nil, err
+}
+
+// createdByRxlane reports whether ns belongs to a testbed rxlane built
+// (rxlane only changes sender-side offloads there).
+func createdByRxlane(ns string) bool {
+	prefixes, err := testbed.List()
+	if err != nil {
+		return false
+	}
+	for _, p := range prefixes {
+		c := testbed.Config{Prefix: p}
+		if slices.ContainsFunc(testbed.Nodes, func(n testbed.Node) bool { return c.NS(n) == ns }) {
+			return true
+		}
+	}
+	return false
+}
+
+// senderTxOff turns off tx checksum offload at the underlay's other end
+// (journaled in fs.PeerTx): with a veth sender and XDP on the receiving
+// end, packets whose checksum the sender left to "hardware" arrive with
+// a bad checksum and are dropped.
+func senderTxOff(hostNS string, fs *FirstStage, save func() error) error {
+	ns, peer, ok, err := underlayPeer(hostNS, fs.Device)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("steer: --sender-tx-off: %s is not a veth whose peer is in a named namespace", fs.Device)
+	}
+	if !createdByRxlane(ns) {
+		return fmt.Errorf("steer: --sender-tx-off: %s is not a namespace of an rxlane testbed; turn tx checksum offload off on the sender yourself (ethtool -K %s tx off)", ns, peer)
+	}
+	return inNetnsSysfs(ns, func() error {
+		prev, err := ethtoolTxCsum(peer, nil)
+		if err != nil {
+			return err
+		}
+		if !prev {
+			return nil
+		}
+		fs.PeerTx = &PeerOffload{Netns: ns, Dev: peer, Prev: prev}
+		if err := save(); err != nil {
+			return err
+		}
+		off := false
+		_, err = ethtoolTxCsum(peer, &off)
+		return err
+	})
+}
+
+func restorePeerTx(p *PeerOffload) error {
+	if p == nil {
+		return nil
+	}
+	err := inNetnsSysfs(p.Netns, func() error {
+		_, err := ethtoolTxCsum(p.Dev, &p.Prev)
+		if errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		return err
+	})
+	if errors.Is(err, errNoNetns) {
+		return nil
+	}
+	return err
+}
+
+// attachXDP attaches prog in driver mode to dev in hostNS, refusing to
+// replace another XDP program.
+func attachXDP(hostNS, dev string, fd int) error {
+	return inNetnsSysfs(hostNS, func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", dev, err)
+		}
+		if x := l.Attrs().Xdp; x != nil && x.Attached {
+			return fmt.Errorf("steer: %s already has an XDP program (id %d): first-stage offload needs the device's XDP hook", dev, x.ProgId)
+		}
+		if err := netlink.LinkSetXdpFdWithFlags(l, fd, xdpDrvMode); err != nil {
+			return fmt.Errorf("attach XDP (driver mode) to %s: %w", dev, err)
+		}
+		return nil
+	})
+}
+
+func detachXDP(hostNS, dev string, id uint32) error {
+	err := inNetnsSysfs(hostNS, func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			var nf netlink.LinkNotFoundError
+			if errors.As(err, &nf) {
+				return nil
+			}
+			return err
+		}
+		if x := l.Attrs().Xdp; x == nil || !x.Attached || x.ProgId != id {
+			return nil // gone, or someone else's
+		}
+		return netlink.LinkSetXdpFdWithFlags(l, -1, xdpDrvMode)
+	})
+	if errors.Is(err, errNoNetns) {
+		return nil
+	}
+	return err
+}
