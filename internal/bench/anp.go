@@ -105,7 +105,10 @@ type ANPPingRep struct {
 	BgSentPPS      float64    `json:"bg_sent_pps"`
 	BgDeliveredPPS float64    `json:"bg_delivered_pps"`
 	CPUs           []CPUUsage `json:"cpus"`
-	rtt            []int64
+	// DevDrops is rx+tx dropped over every testbed device (a veth counts
+	// its peer's full backlog as a tx drop).
+	DevDrops uint64 `json:"dev_drops"`
+	rtt      []int64
 }
 
 // ANPPingCase aggregates one mode.
@@ -118,8 +121,9 @@ type ANPPingCase struct {
 	LossPct        Spread       `json:"loss_pct"`
 	BgDeliveredPPS Spread       `json:"bg_delivered_pps"`
 	// BusyPct[i] is CPU i's busy % (median and range over repetitions).
-	BusyPct []Spread `json:"busy_pct"`
-	rtt     []int64
+	BusyPct  []Spread `json:"busy_pct"`
+	DevDrops Spread   `json:"dev_drops"`
+	rtt      []int64
 }
 
 // RedisResult is one redis-benchmark test (SET or GET).
@@ -141,6 +145,7 @@ type ANPRedisRep struct {
 	// RetransSegs is TCP segments retransmitted in ctrA and ctrB (each
 	// retransmission timeout adds >= 200 ms to a request's latency).
 	RetransSegs uint64 `json:"retrans_segs"`
+	DevDrops    uint64 `json:"dev_drops"`
 }
 
 // ANPRedisStat is the spread of one test's statistics over repetitions.
@@ -160,6 +165,7 @@ type ANPRedisCase struct {
 	Stats       []ANPRedisStat `json:"stats"`
 	BusyPct     []Spread       `json:"busy_pct"`
 	RetransSegs Spread         `json:"retrans_segs"`
+	DevDrops    Spread         `json:"dev_drops"`
 }
 
 // ANPReport is the output of `rxlane isolate bench`.
@@ -473,6 +479,10 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 	if err != nil {
 		return res, err
 	}
+	drops0, err := r.devDrops()
+	if err != nil {
+		return res, err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return res, err
@@ -499,6 +509,11 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 	if err != nil {
 		return res, err
 	}
+	drops1, err := r.devDrops()
+	if err != nil {
+		return res, err
+	}
+	res.DevDrops = drops1 - drops0
 	var ir InjectResult
 	if err := inj.stop(&ir); err != nil {
 		return res, err
@@ -547,6 +562,10 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 	if err != nil {
 		return res, err
 	}
+	drops0, err := r.devDrops()
+	if err != nil {
+		return res, err
+	}
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // bounds a stuck run only
 	defer cancel()
 	cmd := testbed.NewCommand(r.tb, testbed.CtrA, nil, r.inCgroup(client, o.RedisBenchmark, "-h", addr, "-p", port,
@@ -578,12 +597,30 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 		return res, err
 	}
 	res.RetransSegs = retrans1 - retrans0
+	drops1, err := r.devDrops()
+	if err != nil {
+		return res, err
+	}
+	res.DevDrops = drops1 - drops0
 	res.Tests, err = ParseRedisCSV(out.String())
 	if err != nil {
 		return res, err
 	}
 	res.CPUs = Usage(before, after)
 	return res, nil
+}
+
+// devDrops sums rx and tx dropped over every testbed device.
+func (r *anpRun) devDrops() (uint64, error) {
+	m, err := testbed.LinkDrops(r.tb)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, d := range m {
+		n += d.RxDropped + d.TxDropped
+	}
+	return n, nil
 }
 
 // tcpRetrans sums TCP RetransSegs of ctrA and ctrB.
@@ -689,9 +726,10 @@ func busySpreads(reps [][]CPUUsage) []Spread {
 }
 
 func (c *ANPPingCase) aggregate() {
-	var p50, p99, p999, loss, bg []float64
+	var p50, p99, p999, loss, bg, drops []float64
 	var cpus [][]CPUUsage
 	for _, r := range c.Reps {
+		drops = append(drops, float64(r.DevDrops))
 		p50, p99, p999 = append(p50, r.Latency.P50), append(p99, r.Latency.P99), append(p999, r.Latency.P999)
 		if r.Sent > 0 {
 			loss = append(loss, 100*float64(r.Lost)/float64(r.Sent))
@@ -702,6 +740,7 @@ func (c *ANPPingCase) aggregate() {
 	}
 	c.P50, c.P99, c.P999, c.LossPct, c.BgDeliveredPPS = spreadOf(p50), spreadOf(p99), spreadOf(p999), spreadOf(loss), spreadOf(bg)
 	c.BusyPct = busySpreads(cpus)
+	c.DevDrops = spreadOf(drops)
 	sort.Slice(c.rtt, func(i, j int) bool { return c.rtt[i] < c.rtt[j] })
 }
 
@@ -709,9 +748,10 @@ func (c *ANPRedisCase) aggregate() {
 	by := map[string][]RedisResult{}
 	var names []string
 	var cpus [][]CPUUsage
-	var retrans []float64
+	var retrans, drops []float64
 	for _, r := range c.Reps {
 		retrans = append(retrans, float64(r.RetransSegs))
+		drops = append(drops, float64(r.DevDrops))
 		for _, t := range r.Tests {
 			if _, ok := by[t.Test]; !ok {
 				names = append(names, t.Test)
@@ -729,6 +769,7 @@ func (c *ANPRedisCase) aggregate() {
 	}
 	c.BusyPct = busySpreads(cpus)
 	c.RetransSegs = spreadOf(retrans)
+	c.DevDrops = spreadOf(drops)
 }
 
 func pctChange(base, v float64) string {
@@ -769,15 +810,15 @@ func (r *ANPReport) WriteTable(w io.Writer) {
 		o := r.Options.Ping
 		fmt.Fprintf(w, "\nUDP ping-pong ctrA -> ctrB, %g req/s of %d B, under %g pps of %d B background into ctrB; %d reps of %gs (median [min-max])\n",
 			o.RatePerSec, o.Size, o.BgRatePPS, o.BgSize, o.Reps, o.DurationS)
-		fmt.Fprintln(tw, "MODE\tP50 us\tP99 us\tP99.9 us\tLOSS %\tBG DELIVERED kpps\tCPU BUSY")
+		fmt.Fprintln(tw, "MODE\tP50 us\tP99 us\tP99.9 us\tLOSS %\tBG DELIVERED kpps\tDEV DROPS\tCPU BUSY")
 		for _, c := range r.PingPong {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.0f [%.0f-%.0f]\t%s\n", c.Mode, medRng(c.P50, 1), medRng(c.P99, 1), medRng(c.P999, 1), c.LossPct.Median,
-				c.BgDeliveredPPS.Median/1e3, c.BgDeliveredPPS.Min/1e3, c.BgDeliveredPPS.Max/1e3, busyStr(c.BusyPct))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.0f [%.0f-%.0f]\t%s\t%s\n", c.Mode, medRng(c.P50, 1), medRng(c.P99, 1), medRng(c.P999, 1), c.LossPct.Median,
+				c.BgDeliveredPPS.Median/1e3, c.BgDeliveredPPS.Min/1e3, c.BgDeliveredPPS.Max/1e3, medRng(c.DevDrops, 1), busyStr(c.BusyPct))
 		}
 		if a, ok := r.pingCase(ANPShared); ok {
 			for _, b := range r.PingPong {
 				if b.Mode != ANPShared {
-					fmt.Fprintf(tw, "%s vs shared\t%s\t%s\t%s\t\t%s\t\n", b.Mode, pctChange(a.P50.Median, b.P50.Median), pctChange(a.P99.Median, b.P99.Median),
+					fmt.Fprintf(tw, "%s vs shared\t%s\t%s\t%s\t\t%s\t\t\n", b.Mode, pctChange(a.P50.Median, b.P50.Median), pctChange(a.P99.Median, b.P99.Median),
 						pctChange(a.P999.Median, b.P999.Median), pctChange(a.BgDeliveredPPS.Median, b.BgDeliveredPPS.Median))
 				}
 			}
@@ -788,11 +829,11 @@ func (r *ANPReport) WriteTable(w io.Writer) {
 		o := r.Options.Redis
 		fmt.Fprintf(w, "\nredis-benchmark ctrA -> redis-server in ctrB: -c %d -P %d -d %d -r %d -n %d per test; %d reps (median [min-max])\n",
 			o.Clients, o.Pipeline, o.Value, o.Keys, o.Requests, r.Options.Ping.Reps)
-		fmt.Fprintln(tw, "MODE\tTEST\tREQ/S\tAVG ms\tP50 ms\tP99 ms\tMAX ms\tTCP RETRANS\tCPU BUSY")
+		fmt.Fprintln(tw, "MODE\tTEST\tREQ/S\tAVG ms\tP50 ms\tP99 ms\tMAX ms\tTCP RETRANS\tDEV DROPS\tCPU BUSY")
 		for _, c := range r.Redis {
 			for _, s := range c.Stats {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\n", c.Mode, s.Test, medRng(s.RPS, 1), s.Avg.Median, medRng(s.P50, 1000), medRng(s.P99, 1000),
-					medRng(s.Max, 1000), medRng(c.RetransSegs, 1), busyStr(c.BusyPct))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Mode, s.Test, medRng(s.RPS, 1), s.Avg.Median, medRng(s.P50, 1000), medRng(s.P99, 1000),
+					medRng(s.Max, 1000), medRng(c.RetransSegs, 1), medRng(c.DevDrops, 1), busyStr(c.BusyPct))
 			}
 		}
 		if a, ok := r.redisCase(ANPShared); ok {
@@ -803,7 +844,7 @@ func (r *ANPReport) WriteTable(w io.Writer) {
 				for i, s := range a.Stats {
 					if i < len(b.Stats) {
 						t := b.Stats[i]
-						fmt.Fprintf(tw, "%s vs shared\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b.Mode, s.Test, pctChange(s.RPS.Median, t.RPS.Median), pctChange(s.Avg.Median, t.Avg.Median),
+						fmt.Fprintf(tw, "%s vs shared\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\n", b.Mode, s.Test, pctChange(s.RPS.Median, t.RPS.Median), pctChange(s.Avg.Median, t.Avg.Median),
 							pctChange(s.P50.Median, t.P50.Median), pctChange(s.P99.Median, t.P99.Median), pctChange(s.Max.Median, t.Max.Median))
 					}
 				}
