@@ -50,7 +50,7 @@ Devices are DEV or NETNS:DEV (a named netns under /run/netns), e.g.
 	cmd.PersistentFlags().StringVar(&f.root, "root", "/", "root of the machine to change (a fake tree for tests: RSS tables and thread affinities then come from ROOT/fake/{rss,affinity})")
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "", "where the journal lives (default ROOT/run/rxlane/isolate)")
 	cmd.PersistentFlags().BoolVar(&f.asJSON, "json", false, "print JSON")
-	cmd.AddCommand(newIsolatePlanCmd(f, false), newIsolatePlanCmd(f, true), newIsolateRevertCmd(f), newIsolateStatusCmd(f))
+	cmd.AddCommand(newIsolatePlanCmd(f, false), newIsolatePlanCmd(f, true), newIsolateRevertCmd(f), newIsolateStatusCmd(f), newIsolateBenchCmd())
 	return cmd
 }
 

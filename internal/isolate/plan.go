@@ -176,6 +176,7 @@ func (s *System) Plan(spec Spec) (*Plan, error) {
 		return nil, err
 	}
 	var queueIRQs []int
+	steered := s.steerOwned()
 	for _, d := range spec.Devices {
 		if d.Netns != "" && s.InNetns == nil {
 			if _, err := os.Stat(filepath.Join("/run/netns", d.Netns)); err != nil {
@@ -185,7 +186,7 @@ func (s *System) Plan(spec Spec) (*Plan, error) {
 		if !s.exists(d.Netns, "sys/class/net/"+d.Name) {
 			return nil, invalid("device %s does not exist", d)
 		}
-		info, changes, irqs, err := s.planDevice(d, p, irqNames)
+		info, changes, irqs, err := s.planDevice(d, p, irqNames, steered)
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +286,7 @@ func (s *System) fileChange(kind Kind, d DeviceRef, object, rel, val string) (Ch
 	return Change{Kind: kind, Object: object, Netns: d.Netns, Path: rel, Old: old, New: val}, true, nil
 }
 
-func (s *System) planDevice(d DeviceRef, p *Plan, irqNames map[int]string) (DeviceInfo, []Change, []int, error) {
+func (s *System) planDevice(d DeviceRef, p *Plan, irqNames map[int]string, steered map[rpsKey]string) (DeviceInfo, []Change, []int, error) {
 	base := "sys/class/net/" + d.Name
 	info := DeviceInfo{DeviceRef: d}
 	info.RXQueues = countQueues(s, d, "rx-")
@@ -293,6 +294,13 @@ func (s *System) planDevice(d DeviceRef, p *Plan, irqNames map[int]string) (Devi
 	var changes []Change
 	var irqs []int
 	add := func(kind Kind, object, rel, val string) {
+		if kind == KindRPS {
+			q := filepath.Base(filepath.Dir(rel))
+			if f, ok := steered[rpsKey{d.Netns, d.Name, q}]; ok {
+				info.Notes = append(info.Notes, fmt.Sprintf("%s rps_cpus is set by rxlane steer (%s): left alone", q, f))
+				return
+			}
+		}
 		if c, ok, _ := s.fileChange(kind, d, object, rel, val); ok {
 			changes = append(changes, c)
 		} else if kind == KindXPS {

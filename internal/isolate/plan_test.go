@@ -255,3 +255,30 @@ func TestCPUSetFormats(t *testing.T) {
 		t.Error("ParseDevice accepted a/b")
 	}
 }
+
+// TestPlanLeavesSteerOwnedRPS: rps_cpus that an enabled rxlane steer
+// journals (its state files under ROOT/run/rxlane/steer) belong to steer:
+// the plan leaves them alone and says so.
+func TestPlanLeavesSteerOwnedRPS(t *testing.T) {
+	s, root := fakeRoot(t)
+	write(t, root, "run/rxlane/steer/ns.json", `{"netns":"","cpus":[6,7],"rps":[{"netns":"","dev":"veth0","queue":"rx-0","prev":"0"}]}`)
+	p, err := s.Plan(fullSpec(NewCPUSet(6, 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := changesByPath(p)["sys/class/net/veth0/queues/rx-0/rps_cpus"]; ok {
+		t.Fatalf("plan changes steer's rps_cpus: %+v", c)
+	}
+	var noted bool
+	for _, d := range p.Devices {
+		for _, n := range d.Notes {
+			noted = noted || d.Name == "veth0" && strings.Contains(n, "rxlane steer")
+		}
+	}
+	if !noted {
+		t.Errorf("no note about steer on veth0: %+v", p.Devices)
+	}
+	if _, ok := changesByPath(p)["sys/class/net/eth0/queues/tx-0/xps_cpus"]; !ok {
+		t.Error("other devices' changes are gone too")
+	}
+}

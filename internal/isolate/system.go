@@ -44,6 +44,10 @@ type System struct {
 	InNetns func(ns string, fn func() error) error
 	// StateDir holds the journal; empty means ROOT/run/rxlane/isolate.
 	StateDir string
+	// SteerStateDir holds rxlane steer's state files (*.json); the
+	// rps_cpus they journal belong to steer and are left alone. Empty
+	// means ROOT/run/rxlane/steer (the CLI's default).
+	SteerStateDir string
 
 	// beforeChange, if set, runs before change i is made; an error fails
 	// the apply there (tests inject failures and crashes with it).
