@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-
-	"github.com/rxlane/rxlane/internal/steer"
 )
 
 // rpsKey names one rps_cpus file: netns name, device, queue ("rx-0").
@@ -28,7 +26,17 @@ func (s *System) steerOwned() map[rpsKey]string {
 		if err != nil {
 			continue
 		}
-		var st steer.State
+		// The part of internal/steer.State isolate needs, decoded here:
+		// importing steer would make a cycle (steer's tests use bench,
+		// whose ANP experiments use isolate). A compose test checks the
+		// two agree on a real steer state file.
+		var st struct {
+			RPS []struct {
+				Netns string `json:"netns"`
+				Dev   string `json:"dev"`
+				Queue string `json:"queue"`
+			} `json:"rps"`
+		}
 		if json.Unmarshal(b, &st) != nil {
 			continue
 		}
