@@ -2,7 +2,10 @@
 // named direct-action filter and detaches exactly that again. The clsact
 // qdisc is added only when the device has none, and removed on detach only
 // when this package added it and no other filter uses it, so a device's
-// previous tc setup survives enable/disable untouched.
+// previous tc setup survives enable/disable untouched. Several rxlane
+// programs (lanes, steer) may share one clsact: a marker under MarkerDir
+// remembers that rxlane added it, so whichever detaches last removes it,
+// in any order.
 //
 // Calls act in the calling thread's network namespace.
 package tcattach
@@ -10,6 +13,8 @@ package tcattach
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -17,6 +22,31 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
+
+// MarkerDir holds one file per clsact qdisc rxlane added and has not yet
+// removed, named by network namespace inode and ifindex, holding the
+// device name.
+var MarkerDir = "/run/rxlane/clsact"
+
+// marker is the marker file of dev (ifindex) in the calling thread's
+// network namespace.
+func marker(l netlink.Link) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("netns of %s: %w", l.Attrs().Name, err)
+	}
+	return filepath.Join(MarkerDir, fmt.Sprintf("%d-%d", st.Ino, l.Attrs().Index)), nil
+}
+
+// markedOurs says whether rxlane's marker says it added l's clsact.
+func markedOurs(l netlink.Link) bool {
+	m, err := marker(l)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile(m)
+	return err == nil && string(b) == l.Attrs().Name
+}
 
 // Filter names one program's tc ingress filter. Different programs use
 // different priorities so they can sit on the same device.
@@ -58,10 +88,20 @@ func (f Filter) Attach(dev string, prog *ebpf.Program) (createdClsact bool, err 
 		return false, fmt.Errorf("list qdiscs on %s: %w", dev, err)
 	}
 	if !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
+		m, err := marker(l)
+		if err != nil {
+			return false, err
+		}
+		if err := os.MkdirAll(MarkerDir, 0o755); err != nil {
+			return false, fmt.Errorf("create %s: %w", MarkerDir, err)
+		}
 		if err := netlink.QdiscAdd(clsact(l)); err != nil {
 			return false, fmt.Errorf("add clsact on %s: %w", dev, err)
 		}
 		createdClsact = true
+		if err := os.WriteFile(m, []byte(l.Attrs().Name), 0o644); err != nil {
+			return true, fmt.Errorf("record clsact on %s: %w", dev, err)
+		}
 	}
 	bf := &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
@@ -74,8 +114,9 @@ func (f Filter) Attach(dev string, prog *ebpf.Program) (createdClsact bool, err 
 	return createdClsact, nil
 }
 
-// Detach removes the filter from dev and, if createdClsact and no other
-// filter is left on either direction, the clsact qdisc. A device that is
+// Detach removes the filter from dev and, if createdClsact (or rxlane's
+// marker says another rxlane program added it) and no other filter is
+// left on either direction, the clsact qdisc. A device that is
 // gone is not an error, so Detach can be repeated.
 func (f Filter) Detach(dev string, createdClsact bool) error {
 	l, err := netlink.LinkByName(dev)
@@ -95,7 +136,7 @@ func (f Filter) Detach(dev string, createdClsact bool) error {
 			return fmt.Errorf("detach from %s: %w", dev, err)
 		}
 	}
-	if !createdClsact {
+	if !createdClsact && !markedOurs(l) {
 		return nil
 	}
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
@@ -105,6 +146,9 @@ func (f Filter) Detach(dev string, createdClsact bool) error {
 	}
 	if err := netlink.QdiscDel(clsact(l)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("remove clsact from %s: %w", dev, err)
+	}
+	if m, err := marker(l); err == nil {
+		os.Remove(m)
 	}
 	return nil
 }

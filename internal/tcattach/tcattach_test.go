@@ -1,0 +1,125 @@
+package tcattach
+
+import (
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// inFreshNetns runs fn on a locked thread in a new, unnamed network
+// namespace with one device "d0"; the thread (and the namespace)
+// end with it.
+func inFreshNetns(t *testing.T, fn func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root for network namespaces and BPF")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies in the namespace
+		if _, err := netns.New(); err != nil {
+			t.Errorf("new netns: %v", err)
+			return
+		}
+		// No dummy driver here: a veth pair, both ends in the namespace.
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "d0"}, PeerName: "d1"}); err != nil {
+			t.Errorf("add veth: %v", err)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
+func passProg(t *testing.T) *ebpf.Program {
+	t.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func hasClsact(t *testing.T) bool {
+	l, err := netlink.LinkByName("d0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" })
+}
+
+// TestSharedClsactAnyOrder: two programs share the clsact the first one
+// added; whichever detaches last removes it, in both orders.
+func TestSharedClsactAnyOrder(t *testing.T) {
+	MarkerDir = t.TempDir()
+	prog := passProg(t)
+	a, b := Filter{Name: "a", Prio: 10, Handle: 1}, Filter{Name: "b", Prio: 11, Handle: 1}
+	for _, firstOut := range []string{"creator", "other"} {
+		inFreshNetns(t, func() {
+			ca, err := a.Attach("d0", prog)
+			if err != nil || !ca {
+				t.Fatalf("attach a: created %v, %v", ca, err)
+			}
+			cb, err := b.Attach("d0", prog)
+			if err != nil || cb {
+				t.Fatalf("attach b: created %v, %v", cb, err)
+			}
+			first, second := a, b
+			fc, sc := ca, cb
+			if firstOut == "other" {
+				first, second, fc, sc = b, a, cb, ca
+			}
+			if err := first.Detach("d0", fc); err != nil {
+				t.Fatal(err)
+			}
+			if !hasClsact(t) {
+				t.Fatalf("%s out first: clsact removed under the other's filter", firstOut)
+			}
+			if err := second.Detach("d0", sc); err != nil {
+				t.Fatal(err)
+			}
+			if hasClsact(t) {
+				t.Fatalf("%s out first: clsact left behind after both detached", firstOut)
+			}
+		})
+	}
+	if ents, _ := os.ReadDir(MarkerDir); len(ents) != 0 {
+		t.Fatalf("markers left: %v", ents)
+	}
+}
+
+// TestForeignClsactStays: a clsact that was there before is never removed.
+func TestForeignClsactStays(t *testing.T) {
+	MarkerDir = t.TempDir()
+	prog := passProg(t)
+	inFreshNetns(t, func() {
+		l, _ := netlink.LinkByName("d0")
+		if err := netlink.QdiscAdd(clsact(l)); err != nil {
+			t.Fatal(err)
+		}
+		f := Filter{Name: "a", Prio: 10, Handle: 1}
+		created, err := f.Attach("d0", prog)
+		if err != nil || created {
+			t.Fatalf("attach: created %v, %v", created, err)
+		}
+		if err := f.Detach("d0", created); err != nil {
+			t.Fatal(err)
+		}
+		if !hasClsact(t) {
+			t.Fatal("someone else's clsact was removed")
+		}
+	})
+}
