@@ -41,6 +41,8 @@ reserved set of CPUs, the applications on the remaining ones.
   apply   make the changes, all or nothing, journaling every old value first
   revert  restore exactly what was there (also after an interrupted apply)
   status  compare the applied values with the machine's (drift)
+  bench   ANP's experiments on the testbed (UDP ping-pong under load, redis),
+          shared vs isolated, in one run
 
 Devices are DEV or NETNS:DEV (a named netns under /run/netns), e.g.
 --dev eth0 --dev rxl-hostB:wireB. Applications are --pid (all threads),
