@@ -113,6 +113,7 @@ func TestIsolateBadInputChangesNothing(t *testing.T) {
 		{[]string{"--auto", "--auto-window", "soon", "--dev", "eth0"}, "--auto-window \"soon\""},
 		{[]string{"--stack-cpus", "3", "--dev", "eth0", "extra"}, "unexpected argument \"extra\""},
 		{[]string{"--stack-cpus", "3", "--no-such-flag"}, "unknown flag"},
+		{[]string{"--stack-cpus", "3", "--dev", "eth0", "--backlog", "-5"}, "backlog -5"},
 	} {
 		for _, verb := range []string{"plan", "apply"} {
 			args := append(append([]string{"isolate", verb}, base...), tc.args...)
