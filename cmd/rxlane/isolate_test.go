@@ -377,3 +377,24 @@ func TestIsolateHelpTeaches(t *testing.T) {
 		}
 	}
 }
+
+func TestIsolateBenchBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--experiments", "memtier"}, "unknown experiment \"memtier\""},
+		{[]string{"--modes", "asym"}, "unknown mode \"asym\""},
+		{[]string{"--stack-cpus", "x"}, "--stack-cpus"},
+		{[]string{"--duration", "soon"}, "--duration \"soon\""},
+		{[]string{"--redis-pipeline", "0"}, "redis-pipeline 0"},
+		{[]string{"--backlog", "-1"}, "backlog -1"},
+		{[]string{"--prefix", "Bad!"}, "prefix \"Bad!\""},
+		{[]string{"--plot", "x.gif"}, "plot"},
+	} {
+		_, err := run(append([]string{"isolate", "bench"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != 2 {
+			t.Errorf("%v: %v (exit %d), want a usage error about %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+}
