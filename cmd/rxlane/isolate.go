@@ -24,6 +24,7 @@ type isolateFlags struct {
 	units          []string
 	pids           []int
 	banIRQs        bool
+	backlog        int
 	asJSON         bool
 }
 
@@ -41,6 +42,8 @@ reserved set of CPUs, the applications on the remaining ones.
   apply   make the changes, all or nothing, journaling every old value first
   revert  restore exactly what was there (also after an interrupted apply)
   status  compare the applied values with the machine's (drift)
+  bench   ANP's experiments on the testbed (UDP ping-pong under load, redis),
+          shared vs isolated, in one run
 
 Devices are DEV or NETNS:DEV (a named netns under /run/netns), e.g.
 --dev eth0 --dev rxl-hostB:wireB. Applications are --pid (all threads),
@@ -114,7 +117,7 @@ func (f *isolateFlags) spec(cmd *cobra.Command, s *isolate.System) (isolate.Spec
 		}
 		spec.Devices = append(spec.Devices, ref)
 	}
-	spec.PIDs, spec.Cgroups, spec.Units, spec.BanIRQs = f.pids, f.cgroups, f.units, f.banIRQs
+	spec.PIDs, spec.Cgroups, spec.Units, spec.BanIRQs, spec.Backlog = f.pids, f.cgroups, f.units, f.banIRQs, f.backlog
 	return spec, nil
 }
 
@@ -172,6 +175,7 @@ func newIsolatePlanCmd(f *isolateFlags, apply bool) *cobra.Command {
 	fl.StringArrayVar(&f.cgroups, "cgroup", nil, "cgroup path of a container to move (repeatable)")
 	fl.StringArrayVar(&f.units, "unit", nil, "systemd unit to move (repeatable)")
 	fl.BoolVar(&f.banIRQs, "ban-irqs", false, "add --banirq for the queue IRQs to irqbalance's config (restart irqbalance after apply)")
+	fl.IntVar(&f.backlog, "backlog", 0, "also set net.core.netdev_max_backlog (packets per CPU backlog; the stack CPUs' RPS queue), 0: leave it")
 	return cmd
 }
 

@@ -102,6 +102,8 @@ Examples:
 	f.StringVar(&experiments, "experiments", experiments, "experiments to run: pingpong, redis")
 	f.StringVar(&modes, "modes", modes, "modes to compare: shared, isolated, isolated-server")
 	f.StringVar(&stack, "stack-cpus", "", "receive-stack CPUs when isolated (default: the highest-numbered online CPU)")
+	f.BoolVar(&o.ThreadedNAPI, "threaded-napi", false, "run the wires' NAPI (the testbed's NIC stage) in kthreads, in every mode, so isolate can pin them to the stack CPUs")
+	f.IntVar(&o.Backlog, "backlog", 0, "isolated modes: also set net.core.netdev_max_backlog (isolate --backlog); 0 leaves the kernel's")
 	f.IntVar(&o.Latency.Reps, "reps", o.Latency.Reps, "repetitions (each runs both modes)")
 	f.StringVar(&dur, "duration", dur, "ping-pong: measured time per mode and repetition")
 	f.StringVar(&warm, "warmup", warm, "ping-pong: initial time whose samples are dropped")

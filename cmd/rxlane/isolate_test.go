@@ -113,6 +113,7 @@ func TestIsolateBadInputChangesNothing(t *testing.T) {
 		{[]string{"--auto", "--auto-window", "soon", "--dev", "eth0"}, "--auto-window \"soon\""},
 		{[]string{"--stack-cpus", "3", "--dev", "eth0", "extra"}, "unexpected argument \"extra\""},
 		{[]string{"--stack-cpus", "3", "--no-such-flag"}, "unknown flag"},
+		{[]string{"--stack-cpus", "3", "--dev", "eth0", "--backlog", "-5"}, "backlog -5"},
 	} {
 		for _, verb := range []string{"plan", "apply"} {
 			args := append(append([]string{"isolate", verb}, base...), tc.args...)
@@ -373,6 +374,27 @@ func TestIsolateHelpTeaches(t *testing.T) {
 	for _, want := range []string{"--stack-cpus", "--auto", "--dev", "--pid", "--cgroup", "--unit", "--ban-irqs", "--json"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("isolate plan --help lacks %q", want)
+		}
+	}
+}
+
+func TestIsolateBenchBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--experiments", "memtier"}, "unknown experiment \"memtier\""},
+		{[]string{"--modes", "asym"}, "unknown mode \"asym\""},
+		{[]string{"--stack-cpus", "x"}, "--stack-cpus"},
+		{[]string{"--duration", "soon"}, "--duration \"soon\""},
+		{[]string{"--redis-pipeline", "0"}, "redis-pipeline 0"},
+		{[]string{"--backlog", "-1"}, "backlog -1"},
+		{[]string{"--prefix", "Bad!"}, "prefix \"Bad!\""},
+		{[]string{"--plot", "x.gif"}, "plot"},
+	} {
+		_, err := run(append([]string{"isolate", "bench"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != 2 {
+			t.Errorf("%v: %v (exit %d), want a usage error about %q", tc.args, err, exitCode(err), tc.want)
 		}
 	}
 }

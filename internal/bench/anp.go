@@ -53,6 +53,14 @@ type ANPOptions struct {
 	// StackCPUs are the receive stack's CPUs when isolated (empty: the
 	// highest-numbered online CPU).
 	StackCPUs []int
+	// ThreadedNAPI turns threaded NAPI on for the wires (both modes) so
+	// their NAPI poll, the testbed's stand-in for a NIC's interrupt
+	// processing, runs in a kthread that isolate can pin to the stack CPUs
+	// (without it, veth polls on the sending CPU and nothing can move it).
+	ThreadedNAPI bool
+	// Backlog, if > 0, is net.core.netdev_max_backlog while isolated
+	// (isolate's --backlog, journaled and reverted with the rest).
+	Backlog int
 	// Redis: redis-benchmark's -n per test, -c, -P, -d, -r.
 	RedisRequests, RedisClients, RedisPipeline, RedisValue, RedisKeys int
 	RedisServer, RedisBenchmark                                       string
@@ -93,6 +101,8 @@ func (o ANPOptions) Validate() error {
 		return fmt.Errorf("redis-value %d: want 1..1048576 bytes", o.RedisValue)
 	case o.RedisKeys < 1:
 		return fmt.Errorf("redis-keys %d: want at least 1", o.RedisKeys)
+	case o.Backlog < 0 || o.Backlog > 1<<24:
+		return fmt.Errorf("backlog %d: want 0..16777216 packets", o.Backlog)
 	}
 	return nil
 }
@@ -176,6 +186,8 @@ type ANPReport struct {
 	QoSHeld   bool           `json:"qos_held"`
 	StackCPUs []int          `json:"stack_cpus"`
 	AppCPUs   []int          `json:"app_cpus"`
+	Backlog   int            `json:"isolated_backlog,omitempty"`
+	Threaded  bool           `json:"threaded_napi"`
 	Cgroups   []string       `json:"cgroups"` // servers', clients'
 	Options   struct {
 		Ping  OptionsJSON      `json:"pingpong"`
@@ -284,8 +296,16 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 		}
 	}
 
+	if o.ThreadedNAPI {
+		restore, err := threadedNAPI(tb)
+		defer func() { err = errors.Join(err, restore()) }()
+		if err != nil {
+			return nil, err
+		}
+	}
+
 	rep = &ANPReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
-		StackCPUs: stack, AppCPUs: online.Minus(stack), Cgroups: r.cgroups[:]}
+		StackCPUs: stack, AppCPUs: online.Minus(stack), Cgroups: r.cgroups[:], Backlog: o.Backlog, Threaded: o.ThreadedNAPI}
 	rep.Options.Ping = o.Latency.optionsJSON()
 	rep.Options.Redis.Requests, rep.Options.Redis.Clients, rep.Options.Redis.Pipeline = o.RedisRequests, o.RedisClients, o.RedisPipeline
 	rep.Options.Redis.Value, rep.Options.Redis.Keys = o.RedisValue, o.RedisKeys
@@ -438,7 +458,7 @@ func (r *anpRun) isolate(mode string) (func() error, error) {
 	case ANPIsolated:
 		cgs = append(cgs, r.cgroups[client])
 	}
-	p, err := r.sys.Plan(isolate.Spec{StackCPUs: r.stack, Devices: r.devices, Cgroups: cgs})
+	p, err := r.sys.Plan(isolate.Spec{StackCPUs: r.stack, Devices: r.devices, Cgroups: cgs, Backlog: r.o.Backlog})
 	if err != nil {
 		return nil, fmt.Errorf("isolate plan: %w", err)
 	}
@@ -608,6 +628,43 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 	}
 	res.CPUs = Usage(before, after)
 	return res, nil
+}
+
+// threadedNAPI sets threaded NAPI on both wires and returns what restores
+// the old values.
+func threadedNAPI(tb testbed.Config) (func() error, error) {
+	type old struct {
+		n   testbed.Node
+		rel string
+		v   []byte
+	}
+	var olds []old
+	restore := func() error {
+		var errs []error
+		for i := len(olds) - 1; i >= 0; i-- {
+			o := olds[i]
+			errs = append(errs, testbed.DoSysfs(tb, o.n, func() error { return os.WriteFile(o.rel, o.v, 0) }))
+		}
+		return errors.Join(errs...)
+	}
+	for _, w := range []struct {
+		n   testbed.Node
+		dev string
+	}{{testbed.HostA, testbed.WireA}, {testbed.HostB, testbed.WireB}} {
+		rel := filepath.Join("/sys/class/net", w.dev, "threaded")
+		err := testbed.DoSysfs(tb, w.n, func() error {
+			v, err := os.ReadFile(rel)
+			if err != nil {
+				return err
+			}
+			olds = append(olds, old{w.n, rel, v})
+			return os.WriteFile(rel, []byte("1\n"), 0)
+		})
+		if err != nil {
+			return restore, fmt.Errorf("threaded napi on %s: %w", w.dev, err)
+		}
+	}
+	return restore, nil
 }
 
 // devDrops sums rx and tx dropped over every testbed device.
@@ -805,6 +862,9 @@ func busyStr(ss []Spread) string {
 func (r *ANPReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "ANP on testbed %s: receive stack on CPU %v, on CPU %v all benchmark processes (isolated) or the servers only (isolated-server); shared = kernel default\n",
 		r.Testbed.Prefix, r.StackCPUs, r.AppCPUs)
+	if r.Backlog > 0 {
+		fmt.Fprintf(w, "isolated modes also set net.core.netdev_max_backlog = %d\n", r.Backlog)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(r.PingPong) > 0 {
 		o := r.Options.Ping

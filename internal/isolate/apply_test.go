@@ -219,3 +219,38 @@ func TestRevertAfterCrashMidApply(t *testing.T) {
 		})
 	}
 }
+
+// TestBacklogIsJournaled: --backlog sets net.core.netdev_max_backlog with
+// the rest, and revert restores its exact bytes; a bad value is refused.
+func TestBacklogIsJournaled(t *testing.T) {
+	s, root := fakeRoot(t)
+	write(t, root, "proc/sys/net/core/netdev_max_backlog", "1000\n")
+	before := snapshot(t, root)
+	spec := fullSpec(NewCPUSet(7))
+	spec.Backlog = 8000
+	p, err := s.Plan(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshot(t, root)["proc/sys/net/core/netdev_max_backlog"]; got != "8000\n" {
+		t.Fatalf("netdev_max_backlog %q after apply", got)
+	}
+	if st, err := s.Status(); err != nil || st.Drift != 0 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	if _, err := s.Revert(); err != nil {
+		t.Fatal(err)
+	}
+	mustSame(t, "apply+revert with backlog", before, snapshot(t, root))
+	spec.Backlog = -1
+	if _, err := s.Plan(spec); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("backlog -1: %v", err)
+	}
+	// Backlog alone is something to isolate.
+	if _, err := s.Plan(Spec{StackCPUs: NewCPUSet(7), Backlog: 2000}); err != nil {
+		t.Fatal(err)
+	}
+}

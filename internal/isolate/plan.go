@@ -30,6 +30,7 @@ const (
 	KindTask       Kind = "task"        // affinity of an application thread
 	KindCgroup     Kind = "cgroup"      // cpuset.cpus of an application cgroup
 	KindIRQBalance Kind = "irqbalance"  // irqbalance's config (--banirq)
+	KindSysctl     Kind = "sysctl"      // a /proc/sys value (net.core.netdev_max_backlog)
 )
 
 // Change is one value the plan sets. Old is what the plan saw (apply
@@ -63,6 +64,8 @@ func sameValue(k Kind, a, b string) bool {
 		return err1 == nil && err2 == nil && x.Equal(y)
 	case KindRSS:
 		return strings.Join(strings.Fields(a), " ") == strings.Join(strings.Fields(b), " ")
+	case KindSysctl:
+		return strings.TrimSpace(a) == strings.TrimSpace(b)
 	}
 	return a == b
 }
@@ -101,6 +104,10 @@ type Spec struct {
 	Cgroups   []string    // cgroup paths (relative to the cgroup root) to move
 	Units     []string    // systemd units to move
 	BanIRQs   bool        // tell irqbalance to leave the queue IRQs alone
+	// Backlog, if > 0, sets net.core.netdev_max_backlog: the per-CPU
+	// backlog that RPS queues to. With the receive stack of many queues
+	// or devices on few CPUs, the default (1000) drops bursts.
+	Backlog int
 }
 
 // QueueMap says where one queue of a device is served.
@@ -163,7 +170,7 @@ func (s *System) Plan(spec Spec) (*Plan, error) {
 	if len(p.AppCPUs) == 0 {
 		return nil, invalid("stack cpus %s leave no CPU for applications (online: %s)", spec.StackCPUs.List(), online.List())
 	}
-	if len(spec.Devices) == 0 && len(spec.PIDs) == 0 && len(spec.Cgroups) == 0 && len(spec.Units) == 0 {
+	if len(spec.Devices) == 0 && len(spec.PIDs) == 0 && len(spec.Cgroups) == 0 && len(spec.Units) == 0 && spec.Backlog == 0 {
 		return nil, invalid("nothing to isolate: give devices and/or applications")
 	}
 	if _, err := os.Stat(s.journalPath()); err == nil {
@@ -196,6 +203,17 @@ func (s *System) Plan(spec Spec) (*Plan, error) {
 	}
 	if err := s.planApps(spec, p); err != nil {
 		return nil, err
+	}
+	if spec.Backlog < 0 || spec.Backlog > 1<<24 {
+		return nil, invalid("backlog %d: want 1..16777216 packets (0: leave it)", spec.Backlog)
+	}
+	if spec.Backlog > 0 {
+		const rel = "proc/sys/net/core/netdev_max_backlog"
+		old, err := s.readFile("", rel)
+		if err != nil {
+			return nil, fmt.Errorf("read netdev_max_backlog: %w", err)
+		}
+		p.Changes = append(p.Changes, Change{Kind: KindSysctl, Object: "net.core.netdev_max_backlog", Path: rel, Old: old, New: strconv.Itoa(spec.Backlog)})
 	}
 	if len(queueIRQs) > 0 && p.IRQBalance {
 		if spec.BanIRQs {
