@@ -122,6 +122,9 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 				for _, s := range st.Stages {
 					fmt.Fprintf(cmd.OutOrStdout(), "  stage %-5s %s/%s (ifindex %d), chosen at %s ingress\n", s.Name, s.Netns, s.Device, s.Ifindex, s.Via)
 				}
+				for _, w := range st.Warnings {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+				}
 			}
 			if !follow {
 				return nil

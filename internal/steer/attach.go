@@ -129,6 +129,8 @@ type State struct {
 	Attachments  []Attachment `json:"attachments"`
 	RPS          []RPSChange  `json:"rps"`
 	FirstStage   *FirstStage  `json:"first_stage,omitempty"`
+	// Warnings are limits of this setup a user should know about.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // CPUMask renders a CPU list as a sysfs cpumask ("f", "3", ...).
@@ -467,6 +469,10 @@ func Enable(o Options) (st *State, err error) {
 			dv.Flags |= devEntry
 		}
 		atts = append(atts, att{d.tunnel.Name, dv})
+	}
+	if len(d.endpoint) == 0 {
+		st.Warnings = append(st.Warnings, "no container endpoint found behind "+d.tunnel.Name+"'s bridge (its FDB has no container MAC yet: send traffic from the container first): "+
+			"the veth stage is not steered and the in-flight guard cannot see deliveries, so a flow's stage CPU changes only after the flow was idle 500 ms")
 	}
 	if len(st.Stages) == 0 && o.FirstStage == "" {
 		return st, errors.New("steer: no stage to steer found")

@@ -36,7 +36,7 @@ type steerConfig struct {
 
 // settleNs gives the old CPU time to finish the IP and socket layers of
 // the last packet the done hook saw before another CPU may overtake it.
-const settleNs = 50000
+const settleNs = 200000
 
 // steerCpumapVal is struct steer_cpumap_val (struct bpf_cpumap_val).
 type steerCpumapVal struct {
