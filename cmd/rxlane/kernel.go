@@ -46,6 +46,8 @@ kernel itself, behind CONFIG_NET_RXLANE and default-off static keys.
   rxlane kernel test                    build on and off, boot each under QEMU
                                         (TCG, 4 vCPUs), run the selftest
   rxlane kernel boot                    interactive console in the guest
+  rxlane kernel bench                   vanilla vs PRISM-batch vs PRISM-sync,
+                                        emulated timing in the guest
 
 Variants: on (compiled in, off until enabled by sysctl), off (compiled
 out), debug (on + KASAN, LOCKDEP, DEBUG_LIST), vanilla (no patches).
@@ -56,7 +58,7 @@ scripts/setup installs. See docs/kernel.md.`,
 	cmd.PersistentFlags().StringVar(&f.dir, "dir", "", "the repository's kernel/ directory (default: found from the working directory)")
 	cmd.PersistentFlags().StringVar(&f.cache, "cache", "", "build cache (default $RXLANE_KERNEL_CACHE or /var/cache/rxlane/kernel)")
 	cmd.PersistentFlags().BoolVarP(&f.verbose, "verbose", "v", false, "show build progress and the guest console on stderr")
-	cmd.AddCommand(newKernelBuildCmd(f), newKernelTestCmd(f), newKernelBootCmd(f))
+	cmd.AddCommand(newKernelBuildCmd(f), newKernelTestCmd(f), newKernelBootCmd(f), newKernelBenchCmd(f))
 	return cmd
 }
 
@@ -169,5 +171,49 @@ func newKernelBootCmd(f *kernelFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | vanilla")
+	return cmd
+}
+
+func newKernelBenchCmd(f *kernelFlags) *cobra.Command {
+	var (
+		reps    int
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Emulated-timing comparison in the guest: vanilla vs PRISM-batch vs PRISM-sync",
+		Long: `Boots the "on" variant and, for each of vanilla (prism_mode 0), PRISM-batch
+and PRISM-sync, queues 500 low-priority and then one high-priority VXLAN
+packet at once and times the high packet's delivery to the container and
+the last delivery. QEMU runs with software emulation: the numbers show
+the ordering effect, not real-hardware latency.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if reps < 1 || reps > 1000 {
+				return usagef("--reps must be between 1 and 1000")
+			}
+			o, err := f.options("on")
+			if err != nil {
+				return err
+			}
+			run, err := kernel.Bench(cmd.Context(), o, reps, timeout)
+			if err != nil {
+				if run.Console != "" && !f.verbose {
+					fmt.Fprintf(cmd.ErrOrStderr(), "--- guest console ---\n%s--- end ---\n", run.Console)
+				}
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), run)
+			}
+			for _, l := range run.Bench {
+				fmt.Fprintln(cmd.OutOrStdout(), l)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&reps, "reps", 15, "repetitions per mode")
+	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "limit for the guest run")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	return cmd
 }

@@ -149,13 +149,14 @@ func Initramfs(ctx context.Context, o Options) (string, error) {
 	return lastLine(o.script(ctx, "mkinitramfs.sh", filepath.Join(o.Cache, "initramfs.cpio.gz")))
 }
 
-// Run is one selftest boot.
+// Run is one selftest (or bench) boot.
 type Run struct {
 	Variant  string        `json:"variant"`
 	Kernel   string        `json:"kernel"`
 	Duration time.Duration `json:"duration_ns"`
 	TimedOut bool          `json:"timed_out"`
 	TAP      TAPResult     `json:"tap"`
+	Bench    []string      `json:"bench,omitempty"` // "bench mode=..." lines and their "#" header
 	Console  string        `json:"-"`
 }
 
@@ -173,6 +174,10 @@ func (r Run) Err() error {
 // Boot boots kernel + initrd under QEMU in test mode and parses the
 // selftest's TAP output; the guest is killed after timeout.
 func Boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Duration) (Run, error) {
+	return boot(ctx, o, kernel, initrd, timeout, "test", "")
+}
+
+func boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Duration, mode, cmdline string) (Run, error) {
 	if err := o.fill(); err != nil {
 		return Run{}, err
 	}
@@ -180,7 +185,7 @@ func Boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Du
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var console bytes.Buffer
-	cmd := o.script(tctx, "run-qemu.sh", kernel, initrd, "test")
+	cmd := o.script(tctx, "run-qemu.sh", kernel, initrd, mode, cmdline)
 	cmd.Stdout = io.MultiWriter(&console, o.Log)
 	cmd.Stderr = cmd.Stdout
 	start := time.Now()
@@ -195,6 +200,37 @@ func Boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Du
 		return run, fmt.Errorf("qemu: %w", err)
 	}
 	run.TAP, err = ParseTAP(strings.NewReader(run.Console))
+	for _, line := range strings.Split(run.Console, "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.HasPrefix(line, "bench ") || (mode == "bench" && strings.HasPrefix(line, "# ")) {
+			run.Bench = append(run.Bench, line)
+		}
+	}
+	return run, err
+}
+
+// Bench builds the variant (it must have CONFIG_NET_RXLANE=y) and boots it
+// in bench mode: emulated-timing comparison of vanilla, PRISM-batch and
+// PRISM-sync, reps repetitions each. Timing under TCG is emulated.
+func Bench(ctx context.Context, o Options, reps int, timeout time.Duration) (Run, error) {
+	if err := o.fill(); err != nil {
+		return Run{}, err
+	}
+	kernel, err := Build(ctx, o)
+	if err != nil {
+		return Run{Variant: o.Variant}, err
+	}
+	initrd, err := Initramfs(ctx, o)
+	if err != nil {
+		return Run{Variant: o.Variant, Kernel: kernel}, err
+	}
+	run, err := boot(ctx, o, kernel, initrd, timeout, "bench", fmt.Sprintf("rxlane.reps=%d", reps))
+	if err == nil && run.TimedOut {
+		err = fmt.Errorf("%s: bench did not finish in %v", o.Variant, timeout)
+	}
+	if err == nil && len(run.Bench) == 0 {
+		err = fmt.Errorf("%s: bench printed no results", o.Variant)
+	}
 	return run, err
 }
 

@@ -18,4 +18,5 @@ if [ "$mode" = shell ]; then
 	echo "run-qemu: console on this terminal; Ctrl-A X quits QEMU" >&2
 	exec qemu-system-x86_64 "${args[@]}" -nographic
 fi
-exec qemu-system-x86_64 "${args[@]}" -display none -monitor none -serial stdio 2>&1 </dev/null
+# TCG keeps both host cores busy: serialise with other measurements
+exec flock "${RXLANE_CPU_LOCK:-/tmp/rxlane-cpu.lock}" qemu-system-x86_64 "${args[@]}" -display none -monitor none -serial stdio 2>&1 </dev/null

@@ -95,6 +95,41 @@ overlay_order() {
 	recv_during rxl-cB 7000 $(($1+1)) -- rxlane_probe inject wB $1 198.19.0.2 198.19.0.3 7000 vxlan 198.18.0.1 198.18.0.2 ${2:-42} $mac
 }
 
+# bench: emulated timing of PRISM vs vanilla (no pass/fail; QEMU TCG)
+pct() { sort -n "$1" | awk '{a[NR]=$1} END {printf "median=%d p10=%d p90=%d", a[int((NR+1)/2)], a[int(NR*0.1)+1], a[int(NR*0.9+0.5)]}'; }
+bench() {
+	reps=${1:-15}
+	echo "# emulated timing (QEMU TCG, $(grep -c ^processor /proc/cpuinfo) vCPUs, not real hardware): 500 low + 1 high"
+	echo "# VXLAN packets queued at once on wB; high_us = queueing -> high packet received in rxl-cB,"
+	echo "# all_us = queueing -> last packet received; $reps repetitions per mode"
+	rxlanectl flush
+	rxlanectl add 198.19.0.3/32 proto 17 ports 7000 vni 42 >/dev/null
+	for mode in 0 1 2; do
+		name=vanilla; [ $mode = 1 ] && name=prism-batch; [ $mode = 2 ] && name=prism-sync
+		sysctl_w prism_mode $mode
+		: >/tmp/b.high; : >/tmp/b.all
+		i=0
+		while [ $i -lt $reps ]; do
+			out=$(overlay_order 500)
+			ti=$(echo "$out" | field t_inject_ns)
+			th=$(echo "$out" | field t_high_ns)
+			tl=$(echo "$out" | field t_last_ns)
+			[ -n "$ti" ] && [ "$th" != 0 ] && { echo $(( (th - ti) / 1000 )) >>/tmp/b.high; echo $(( (tl - ti) / 1000 )) >>/tmp/b.all; }
+			i=$((i + 1))
+		done
+		echo "bench mode=$name reps=$(wc -l </tmp/b.high) high_us $(pct /tmp/b.high) all_us $(pct /tmp/b.all)"
+	done
+	sysctl_w prism_mode 0
+	rxlanectl flush
+}
+
+if [ "$1" = bench ]; then
+	setup >/tmp/setup.log 2>&1 || { cat /tmp/setup.log; echo "bench: topology setup failed"; exit 1; }
+	[ -e /proc/sys/net/rxlane/prism_mode ] || { echo "bench: needs CONFIG_NET_RXLANE=y"; exit 1; }
+	bench "$2"
+	exit 0
+fi
+
 echo "TAP version 13"
 setup >/tmp/setup.log 2>&1 || { cat /tmp/setup.log; echo "Bail out! topology setup failed"; exit 1; }
 compiled_in=0

@@ -4,15 +4,17 @@
  *
  *   rxlane_probe recv PORT COUNT TIMEOUT_MS [READY_FIFO]
  *	bind UDP PORT, signal READY_FIFO, receive COUNT datagrams (or until
- *	TIMEOUT_MS of silence); print "received=N high_index=I inorder=0|1"
- *	(high_index: position of the first payload starting with 'H', -1 if
- *	none; inorder: sequence numbers of 'L' payloads only increase)
+ *	TIMEOUT_MS of silence); print "received=N high_index=I inorder=0|1
+ *	t_high_ns=T t_last_ns=T" (high_index: position of the first payload
+ *	starting with 'H', -1 if none; inorder: sequence numbers of 'L'
+ *	payloads only increase; times: CLOCK_MONOTONIC at receipt)
  *   rxlane_probe send DST_IP PORT COUNT
  *	send COUNT numbered datagrams "L<n>" through the normal stack
  *   rxlane_probe inject IFNAME NLOW LOW_IP HIGH_IP PORT [vxlan OUTER_SRC OUTER_DST VNI INNER_DMAC]
  *	queue NLOW low-priority frames to LOW_IP then one to HIGH_IP as if
  *	IFNAME received them in one burst (debugfs rxlane/inject, CONFIG_NET_RXLANE_SELFTEST);
  *	with vxlan, the frames are VXLAN-encapsulated (UDP 4789, VNI).
+ *	Prints t_inject_ns (CLOCK_MONOTONIC just before queueing).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,10 +28,20 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static int do_recv(int argc, char **argv)
 {
+	long long t_high = 0, t_last = 0;
 	int port, count, timeout, fd, n = 0, high = -1, inorder = 1;
 	long last = -1;
 	struct sockaddr_in sa = { .sin_family = AF_INET };
@@ -67,8 +79,11 @@ static int do_recv(int argc, char **argv)
 		if (len <= 0)
 			break;
 		buf[len] = 0;
-		if (buf[0] == 'H' && high < 0)
+		t_last = now_ns();
+		if (buf[0] == 'H' && high < 0) {
 			high = n;
+			t_high = t_last;
+		}
 		if (buf[0] == 'L') {
 			long seq = strtol(buf + 1, NULL, 10);
 
@@ -78,7 +93,8 @@ static int do_recv(int argc, char **argv)
 		}
 		n++;
 	}
-	printf("received=%d high_index=%d inorder=%d\n", n, high, inorder);
+	printf("received=%d high_index=%d inorder=%d t_high_ns=%lld t_last_ns=%lld\n",
+	       n, high, inorder, t_high, t_last);
 	return 0;
 }
 
@@ -236,6 +252,8 @@ static int do_inject(int argc, char **argv)
 	fd = open("/debug/rxlane/inject", O_WRONLY);
 	if (fd < 0)
 		fd = open("/sys/kernel/debug/rxlane/inject", O_WRONLY);
+	printf("t_inject_ns=%lld\n", now_ns());
+	fflush(stdout);
 	if (fd < 0 || write(fd, buf, off) != (ssize_t)off) {
 		fprintf(stderr, "rxlane_probe: inject: %s\n", strerror(errno));
 		return 1;
