@@ -217,6 +217,65 @@ sysctl_w prism_mode 0
 r=$(overlay_order 200)
 [ "$(echo "$r" | field high_index)" = 200 ] && ok "PRISM off again: FIFO order back" || nok "PRISM off again" "$r"
 
+# ---- poll order (tracepoints) ------------------------------------------
+T=/sys/kernel/tracing
+[ -d $T/events ] || T=/sys/kernel/debug/tracing
+# trace_order MODE: overlay injection (500 low + 1 high) with the poll-order
+# events on; leaves "ev cpu what" lines in /tmp/order (poll DEV WORK |
+# high SYNC | head DEV)
+trace_order() {
+	sysctl_w prism_mode $1
+	echo >$T/trace
+	for e in napi/napi_poll rxlane/rxlane_high_deliver rxlane/rxlane_napi_sched; do echo 1 >$T/events/$e/enable; done
+	overlay_order 500 >/tmp/order.recv
+	for e in napi/napi_poll rxlane/rxlane_high_deliver rxlane/rxlane_napi_sched; do echo 0 >$T/events/$e/enable; done
+	awk '/napi_poll:/ { match($0, /for device [^ ]+ work [0-9]+/); split(substr($0, RSTART, RLENGTH), a, " ");
+			print "poll", a[3], a[5]; next }
+	     /rxlane_high_deliver:/ { match($0, /sync=[0-9]/); print "high", substr($0, RSTART+5, 1); next }
+	     /rxlane_napi_sched:/ && / head/ { match($0, /dev=[^ ]+/); print "head", substr($0, RSTART+4, RLENGTH-4) }' $T/trace >/tmp/order
+}
+# low polls (work > 0, no high delivery in that poll) between the first
+# head scheduling and the last high delivery
+low_between() {
+	awk '{ ev[NR] = $0 } $1 == "head" && !h { h = NR } $1 == "high" { last = NR }
+	     END { n = 0; sawhigh = 0
+		for (i = h; i <= last; i++) { split(ev[i], f, " ")
+			if (f[1] == "high") sawhigh = 1
+			else if (f[1] == "poll") { if (!sawhigh && f[3] > 0) n++; sawhigh = 0 } }
+		print (h && last ? n : -1) }' /tmp/order
+}
+if [ -d $T/events/napi ] && [ -d $T/events/rxlane ]; then
+	rxlanectl flush
+	rxlanectl add 198.19.0.3/32 proto 17 ports 7000 vni 42 >/dev/null
+	trace_order 1
+	lows=$(low_between); highs=$(grep -c '^high 0' /tmp/order)
+	diag "PRISM-batch: $highs high deliveries (stages), $lows low polls between head scheduling and delivery"
+	[ "$lows" -ge 0 ] && [ "$lows" -le 1 ] && [ "$highs" -ge 3 ] &&
+		ok "PRISM-batch poll order: at most one low batch between head scheduling and delivery" ||
+		nok "PRISM-batch poll order" "low polls $lows, high deliveries $highs: $(head -20 /tmp/order | tr '\n' ';')"
+	trace_order 2
+	# the high packet's stages: consecutive inline deliveries, no poll
+	# in between (they run in the injecting context, the first stage)
+	polls_between=$(awk '$1 == "high" { if (!f) f = NR; l = NR } { ev[NR] = $1 }
+		END { n = 0; for (i = f; i <= l; i++) if (ev[i] == "poll") n++; print f ? n : -1 }' /tmp/order)
+	inline=$(grep -c '^high 1' /tmp/order)
+	diag "PRISM-sync: $inline inline stage deliveries, $polls_between polls in between"
+	[ "$polls_between" = 0 ] && [ "$inline" -ge 3 ] && ! grep -q '^high 0' /tmp/order &&
+		ok "PRISM-sync: every stage of the high packet ran inline within the first stage" ||
+		nok "PRISM-sync inline delivery" "$(head -12 /tmp/order | tr '\n' ';')"
+	rxlanectl flush
+	trace_order 0
+	seq=$(awk '$1 == "poll" && $3 > 0 { d = ($2 == "vxB") ? "S2" : "BL"; if (d != prev) { printf "%s ", d; prev = d; n++ } } END { print "" }' /tmp/order)
+	switches=$(echo "$seq" | wc -w)
+	diag "vanilla poll sequence (BL: backlog = stages 1 and 3, S2: vxB gro_cells): $(echo $seq | cut -c1-120)"
+	[ "$switches" -ge 4 ] && ! grep -q '^high' /tmp/order &&
+		ok "vanilla: stages of successive batches interleave (Fig. 6a), $switches alternations" ||
+		nok "vanilla interleaving" "$seq"
+	sysctl_w prism_mode 0
+else
+	skip "poll-order trace checks" "no napi/rxlane tracepoints"
+fi
+
 # ---- FALCON -------------------------------------------------------------
 T=/sys/kernel/tracing
 [ -d $T/events ] || T=/sys/kernel/debug/tracing
