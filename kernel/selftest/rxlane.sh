@@ -65,6 +65,7 @@ setup() {
 	ip link add vb type veth peer name va netns rxl-a
 	NS rxl-a ip addr add 10.9.0.1/24 dev va; NS rxl-a ip link set va up
 	ip addr add 10.9.0.2/24 dev vb; ip addr add 10.9.0.3/24 dev vb
+	ip -6 addr add fd00:9::2/64 dev vb nodad; ip -6 addr add fd00:9::3/64 dev vb nodad
 	ip link set vb up
 }
 
@@ -201,6 +202,19 @@ for rule in "198.19.0.3/32 proto 17 ports 7000 vni 43:wrong VNI" \
 done
 rxlanectl flush
 check "IPv6 rule accepted" rxlanectl add 2001:db8::/64 proto 17 ports 7000
+rxlanectl flush
+v6_order() {
+	recv_during - 7000 $(($1+1)) -- rxlane_probe inject vb $1 fd00:9::2 fd00:9::3 7000
+}
+rxlanectl add fd00:9::3/128 proto 17 ports 7000 >/dev/null
+r=$(v6_order 200)
+[ "$(echo "$r" | field high_index)" = 0 ] && [ "$(echo "$r" | field received)" = 201 ] &&
+	ok "IPv6: high packet behind 200 low ones delivered first" || nok "IPv6 priority" "$(echo $r)"
+rxlanectl flush
+rxlanectl add fd00:8::/64 proto 17 ports 7000 >/dev/null
+r=$(v6_order 200)
+[ "$(echo "$r" | field high_index)" = 200 ] && [ "$(rxlanectl list | field hits)" = 0 ] &&
+	ok "IPv6: wrong prefix does not mark" || nok "IPv6 wrong prefix" "$(echo $r)"
 rxlanectl flush
 
 # a container's own rules (its namespace is owned by the initial user ns)

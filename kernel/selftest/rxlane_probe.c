@@ -14,6 +14,7 @@
  *	queue NLOW low-priority frames to LOW_IP then one to HIGH_IP as if
  *	IFNAME received them in one burst (debugfs rxlane/inject, CONFIG_NET_RXLANE_SELFTEST);
  *	with vxlan, the frames are VXLAN-encapsulated (UDP 4789, VNI).
+ *	LOW_IP/HIGH_IP may be IPv6 addresses (then no vxlan).
  *	Prints t_inject_ns (CLOCK_MONOTONIC just before queueing).
  */
 #include <arpa/inet.h>
@@ -42,9 +43,9 @@ static long long now_ns(void)
 static int do_recv(int argc, char **argv)
 {
 	long long t_high = 0, t_last = 0;
-	int port, count, timeout, fd, n = 0, high = -1, inorder = 1;
+	int port, count, timeout, fd, n = 0, high = -1, inorder = 1, off = 0;
 	long last = -1;
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6 };
 	int rcvbuf = 8 << 20;
 
 	if (argc < 5)
@@ -52,8 +53,10 @@ static int do_recv(int argc, char **argv)
 	port = atoi(argv[2]);
 	count = atoi(argv[3]);
 	timeout = atoi(argv[4]);
-	fd = socket(AF_INET, SOCK_DGRAM, 0);
-	sa.sin_port = htons(port);
+	/* dual stack: IPv4 arrives v4-mapped */
+	fd = socket(AF_INET6, SOCK_DGRAM, 0);
+	sa.sin6_port = htons(port);
+	setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		perror("rxlane_probe: bind");
@@ -163,6 +166,41 @@ static int build_udp(uint8_t *f, const uint8_t *dmac, const uint8_t *smac,
 	return 14 + iplen;
 }
 
+/* eth + ipv6 + udp(payload), UDP checksum computed (mandatory in IPv6) */
+static int build_udp6(uint8_t *f, const uint8_t *dmac, const uint8_t *smac,
+		      const struct in6_addr *src, const struct in6_addr *dst,
+		      int sport, int dport, const void *payload, int plen)
+{
+	uint8_t *ip = f + 14, *udp = ip + 40, pseudo[40 + 8 + 256];
+	int ulen = 8 + plen;
+
+	memcpy(f, dmac, 6);
+	memcpy(f + 6, smac, 6);
+	f[12] = 0x86; f[13] = 0xdd;
+	memset(ip, 0, 40);
+	ip[0] = 0x60;
+	ip[4] = ulen >> 8; ip[5] = ulen & 0xff;
+	ip[6] = 17;
+	ip[7] = 64;
+	memcpy(ip + 8, src, 16);
+	memcpy(ip + 24, dst, 16);
+	udp[0] = sport >> 8; udp[1] = sport & 0xff;
+	udp[2] = dport >> 8; udp[3] = dport & 0xff;
+	udp[4] = ulen >> 8; udp[5] = ulen & 0xff;
+	udp[6] = udp[7] = 0;
+	memcpy(udp + 8, payload, plen);
+	/* pseudo header: src, dst, length, next header */
+	memcpy(pseudo, src, 16);
+	memcpy(pseudo + 16, dst, 16);
+	pseudo[32] = pseudo[33] = 0; pseudo[34] = ulen >> 8; pseudo[35] = ulen & 0xff;
+	pseudo[36] = pseudo[37] = pseudo[38] = 0; pseudo[39] = 17;
+	memcpy(pseudo + 40, udp, ulen);
+	*(uint16_t *)(udp + 6) = csum(pseudo, 40 + ulen);
+	if (!*(uint16_t *)(udp + 6))
+		*(uint16_t *)(udp + 6) = 0xffff;
+	return 14 + 40 + ulen;
+}
+
 static int parse_mac(const char *s, uint8_t *mac)
 {
 	return sscanf(s, "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &mac[0], &mac[1],
@@ -186,7 +224,8 @@ static int do_inject(int argc, char **argv)
 {
 	uint8_t dmac[6], smac[6] = { 0x02, 0, 0, 0, 0, 0x99 }, imac[6];
 	uint32_t low, high, osrc = 0, odst = 0, ifindex, count;
-	int nlow, port, vxlan = 0, vni = 0, i, fd;
+	struct in6_addr low6, high6, src6;
+	int nlow, port, vxlan = 0, vni = 0, i, fd, v6 = 0;
 	size_t cap, off = 8;
 	uint8_t *buf;
 
@@ -198,8 +237,15 @@ static int do_inject(int argc, char **argv)
 		return 1;
 	}
 	nlow = atoi(argv[3]);
-	inet_pton(AF_INET, argv[4], &low);
-	inet_pton(AF_INET, argv[5], &high);
+	if (strchr(argv[4], ':')) {
+		v6 = 1;
+		inet_pton(AF_INET6, argv[4], &low6);
+		inet_pton(AF_INET6, argv[5], &high6);
+		inet_pton(AF_INET6, "fd00:254::1", &src6);
+	} else {
+		inet_pton(AF_INET, argv[4], &low);
+		inet_pton(AF_INET, argv[5], &high);
+	}
 	port = atoi(argv[6]);
 	if (argc > 7) {
 		if (argc < 12 || strcmp(argv[7], "vxlan"))
@@ -225,7 +271,11 @@ static int do_inject(int argc, char **argv)
 
 		plen = i < nlow ? snprintf(payload, sizeof(payload), "L%d", i)
 				: snprintf(payload, sizeof(payload), "H");
-		if (!vxlan) {
+		if (v6) {
+			flen = build_udp6(frame, dmac, smac, &src6,
+					  i < nlow ? &low6 : &high6, 40000, port,
+					  payload, plen);
+		} else if (!vxlan) {
 			flen = build_udp(frame, dmac, smac, htonl(0xc0a8fe01), dst,
 					 40000, port, payload, plen);
 		} else {
