@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/rxlane
 OUT     ?= out
 
-.PHONY: all setup build generate check-generate vet test demo bench clean
+.PHONY: all setup build generate check-generate vet test demo bench clean kernel-test
 
 all: build
 
@@ -42,6 +42,12 @@ bench: build
 	flock /tmp/rxlane-cpu.lock $(GO) test -run '^$$' -bench . -benchtime 2s -cpu 1 ./internal/...
 	mkdir -p $(OUT)
 	flock /tmp/rxlane-cpu.lock $(BIN) bench latency --prefix bench --json-out $(OUT)/latency.json --plot $(OUT)/latency-cdf.svg
+
+# The kernel series: build compiled-out and compiled-in kernels, boot each
+# under QEMU and run the selftest (also part of `make test` through
+# internal/kernel when the toolchain is installed).
+kernel-test: build
+	$(BIN) kernel test --variant off,on
 
 clean:
 	rm -rf bin $(OUT)

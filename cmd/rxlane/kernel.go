@@ -1,0 +1,219 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/kernel"
+	"github.com/spf13/cobra"
+)
+
+func init() { extraCommands = append(extraCommands, newKernelCmd) }
+
+type kernelFlags struct {
+	dir, cache string
+	json       bool
+	verbose    bool
+}
+
+func (f *kernelFlags) options(variant string) (kernel.Options, error) {
+	o := kernel.Options{Dir: f.dir, Cache: f.cache, Variant: variant}
+	if f.verbose {
+		o.Log = os.Stderr
+	}
+	for _, v := range kernel.Variants {
+		if v == variant {
+			return o, nil
+		}
+	}
+	return o, usagef("--variant %q: want one of %s", variant, strings.Join(kernel.Variants, ", "))
+}
+
+func newKernelCmd() *cobra.Command {
+	f := &kernelFlags{}
+	cmd := &cobra.Command{
+		Use:   "kernel",
+		Short: "PRISM and FALCON in the kernel: build the patch series for Linux 6.1 and test it under QEMU",
+		Long: `The kernel/ directory holds a patch series for Debian's linux-source-6.1
+that implements PRISM (high-priority stage queues, head insertion into a
+single poll list, sync mode) and FALCON (per-stage CPU steering) in the
+kernel itself, behind CONFIG_NET_RXLANE and default-off static keys.
+
+  rxlane kernel build --variant on      tinyconfig + kernel/config + the series
+  rxlane kernel test                    build on and off, boot each under QEMU
+                                        (TCG, 4 vCPUs), run the selftest
+  rxlane kernel boot                    interactive console in the guest
+  rxlane kernel bench                   vanilla vs PRISM-batch vs PRISM-sync,
+                                        emulated timing in the guest
+
+Variants: on (compiled in, off until enabled by sysctl), off (compiled
+out), debug (on + KASAN, LOCKDEP, DEBUG_LIST), vanilla (no patches).
+Builds are cached in $RXLANE_KERNEL_CACHE (default /var/cache/rxlane/kernel)
+with ccache and serialised on /tmp/rxlane-cpu.lock. Needs the packages
+scripts/setup installs. See docs/kernel.md.`,
+	}
+	cmd.PersistentFlags().StringVar(&f.dir, "dir", "", "the repository's kernel/ directory (default: found from the working directory)")
+	cmd.PersistentFlags().StringVar(&f.cache, "cache", "", "build cache (default $RXLANE_KERNEL_CACHE or /var/cache/rxlane/kernel)")
+	cmd.PersistentFlags().BoolVarP(&f.verbose, "verbose", "v", false, "show build progress and the guest console on stderr")
+	cmd.AddCommand(newKernelBuildCmd(f), newKernelTestCmd(f), newKernelBootCmd(f), newKernelBenchCmd(f))
+	return cmd
+}
+
+func newKernelBuildCmd(f *kernelFlags) *cobra.Command {
+	variant := "on"
+	cmd := &cobra.Command{
+		Use:   "build",
+		Short: "Apply the series to linux-source-6.1 and build a bzImage",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := f.options(variant)
+			if err != nil {
+				return err
+			}
+			if o.Log == nil {
+				o.Log = os.Stderr // build errors must be visible
+			}
+			start := time.Now()
+			path, err := kernel.Build(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"variant": variant, "bzimage": path, "seconds": time.Since(start).Seconds()})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%.0fs)\n", variant, path, time.Since(start).Seconds())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | vanilla")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	return cmd
+}
+
+func newKernelTestCmd(f *kernelFlags) *cobra.Command {
+	var (
+		variants []string
+		timeout  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "test",
+		Short: "Build each variant, boot it under QEMU and run the selftest (TAP)",
+		Long: `Builds each variant, packs the initramfs (busybox, the host's iproute2, the
+selftest and its probes), boots it under QEMU with software emulation and
+runs kernel/selftest/rxlane.sh. Exits non-zero if any variant fails, the
+guest crashes, or it does not finish within --timeout.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout <= 0 {
+				return usagef("--timeout must be positive")
+			}
+			var runs []kernel.Run
+			var failed []string
+			for _, v := range variants {
+				o, err := f.options(v)
+				if err != nil {
+					return err
+				}
+				run, err := kernel.Test(cmd.Context(), o, timeout)
+				if err == nil {
+					err = run.Err()
+				}
+				if err != nil {
+					failed = append(failed, err.Error())
+					if run.Console != "" && !f.verbose {
+						fmt.Fprintf(cmd.ErrOrStderr(), "--- %s guest console ---\n%s--- end ---\n", v, run.Console)
+					}
+				}
+				runs = append(runs, run)
+				if !f.json {
+					pass, fail, skip := run.TAP.Counts()
+					fmt.Fprintf(cmd.OutOrStdout(), "%-8s %3d passed %3d failed %3d skipped  (guest %.1fs)\n", v, pass, fail, skip, run.Duration.Seconds())
+					for _, t := range run.TAP.Failed() {
+						fmt.Fprintf(cmd.OutOrStdout(), "         not ok %d - %s  %s\n", t.Num, t.Desc, t.Reason)
+					}
+				}
+			}
+			if f.json {
+				if err := writeJSON(cmd.OutOrStdout(), runs); err != nil {
+					return err
+				}
+			}
+			if len(failed) > 0 {
+				return errors.New(strings.Join(failed, "; "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&variants, "variant", []string{"off", "on"}, "variants to test, comma separated (on, off, debug, vanilla)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "limit for each guest boot + selftest")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the TAP results as JSON")
+	return cmd
+}
+
+func newKernelBootCmd(f *kernelFlags) *cobra.Command {
+	variant := "on"
+	cmd := &cobra.Command{
+		Use:   "boot",
+		Short: "Boot a variant with an interactive console (Ctrl-A X quits QEMU)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := f.options(variant)
+			if err != nil {
+				return err
+			}
+			if o.Log == nil {
+				o.Log = os.Stderr
+			}
+			return kernel.Shell(cmd.Context(), o, os.Stdin, os.Stdout)
+		},
+	}
+	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | vanilla")
+	return cmd
+}
+
+func newKernelBenchCmd(f *kernelFlags) *cobra.Command {
+	var (
+		reps    int
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Emulated-timing comparison in the guest: vanilla vs PRISM-batch vs PRISM-sync",
+		Long: `Boots the "on" variant and, for each of vanilla (prism_mode 0), PRISM-batch
+and PRISM-sync, queues 500 low-priority and then one high-priority VXLAN
+packet at once and times the high packet's delivery to the container and
+the last delivery. QEMU runs with software emulation: the numbers show
+the ordering effect, not real-hardware latency.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if reps < 1 || reps > 1000 {
+				return usagef("--reps must be between 1 and 1000")
+			}
+			o, err := f.options("on")
+			if err != nil {
+				return err
+			}
+			run, err := kernel.Bench(cmd.Context(), o, reps, timeout)
+			if err != nil {
+				if run.Console != "" && !f.verbose {
+					fmt.Fprintf(cmd.ErrOrStderr(), "--- guest console ---\n%s--- end ---\n", run.Console)
+				}
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), run)
+			}
+			for _, l := range run.Bench {
+				fmt.Fprintln(cmd.OutOrStdout(), l)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&reps, "reps", 15, "repetitions per mode")
+	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "limit for the guest run")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,270 @@
+// Package kernel drives the rxlane kernel patch series: it builds Debian's
+// linux-source-6.1 with kernel/patches applied, packs a test initramfs and
+// boots the result under QEMU (software emulation) to run the selftest.
+// The heavy lifting is in kernel/scripts/*.sh; this package finds them,
+// bounds them in time and reads the guest's TAP output.
+package kernel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Variants the build script knows.
+var Variants = []string{"on", "off", "debug", "vanilla"}
+
+// Options select what to build and where.
+type Options struct {
+	Dir     string    // the repository's kernel/ directory; found from the working directory if empty
+	Cache   string    // build cache; $RXLANE_KERNEL_CACHE or /var/cache/rxlane/kernel if empty
+	Variant string    // on | off | debug | vanilla
+	Log     io.Writer // build progress and guest console; discarded if nil
+}
+
+// DefaultCache is where trees, build directories and ccache live.
+func DefaultCache() string {
+	if c := os.Getenv("RXLANE_KERNEL_CACHE"); c != "" {
+		return c
+	}
+	return "/var/cache/rxlane/kernel"
+}
+
+// FindDir returns the kernel/ directory of the repository that contains
+// start (or one of its parents).
+func FindDir(start string) (string, error) {
+	dir, err := filepath.Abs(start)
+	if err != nil {
+		return "", err
+	}
+	for {
+		cand := filepath.Join(dir, "kernel")
+		if _, err := os.Stat(filepath.Join(cand, "scripts", "build.sh")); err == nil {
+			return cand, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("kernel/scripts/build.sh not found above the working directory: run from the rxlane repository or pass --dir")
+		}
+		dir = parent
+	}
+}
+
+func (o *Options) fill() error {
+	if o.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		if o.Dir, err = FindDir(wd); err != nil {
+			return err
+		}
+	}
+	if o.Cache == "" {
+		o.Cache = DefaultCache()
+	}
+	if o.Variant == "" {
+		o.Variant = "on"
+	}
+	for _, v := range Variants {
+		if o.Variant == v {
+			if o.Log == nil {
+				o.Log = io.Discard
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown variant %q (want one of %s)", o.Variant, strings.Join(Variants, ", "))
+}
+
+// Missing reports what the host lacks to build and boot the guest, or ""
+// when everything is there. Tests skip with this as their reason.
+func Missing() string {
+	var miss []string
+	if _, err := os.Stat(tarball()); err != nil {
+		miss = append(miss, tarball()+" (package linux-source-6.1)")
+	}
+	for _, t := range []string{"qemu-system-x86_64", "gcc", "make", "flex", "bison", "bc", "ccache", "patch", "git", "cpio"} {
+		if _, err := exec.LookPath(t); err != nil {
+			miss = append(miss, t)
+		}
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		miss = append(miss, "/bin/busybox (package busybox-static)")
+	}
+	if len(miss) == 0 {
+		return ""
+	}
+	return "missing " + strings.Join(miss, ", ") + " (scripts/setup installs them)"
+}
+
+func tarball() string {
+	if t := os.Getenv("RXLANE_KERNEL_TARBALL"); t != "" {
+		return t
+	}
+	return "/usr/src/linux-source-6.1.tar.xz"
+}
+
+func (o *Options) script(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(o.Dir, "scripts", name), args...)
+	cmd.Env = append(os.Environ(), "RXLANE_KERNEL_CACHE="+o.Cache)
+	cmd.Stderr = o.Log
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// lastLine runs cmd and returns the last line it printed on stdout.
+func lastLine(cmd *exec.Cmd) (string, error) {
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w", filepath.Base(cmd.Path), err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// Build builds the variant's bzImage (incrementally, with ccache) and
+// returns its path.
+func Build(ctx context.Context, o Options) (string, error) {
+	if err := o.fill(); err != nil {
+		return "", err
+	}
+	return lastLine(o.script(ctx, "build.sh", o.Variant))
+}
+
+// Initramfs packs the test initramfs into the cache and returns its path.
+// It needs a patched tree in the cache (Build first).
+func Initramfs(ctx context.Context, o Options) (string, error) {
+	if err := o.fill(); err != nil {
+		return "", err
+	}
+	return lastLine(o.script(ctx, "mkinitramfs.sh", filepath.Join(o.Cache, "initramfs.cpio.gz")))
+}
+
+// Run is one selftest (or bench) boot.
+type Run struct {
+	Variant  string        `json:"variant"`
+	Kernel   string        `json:"kernel"`
+	Duration time.Duration `json:"duration_ns"`
+	TimedOut bool          `json:"timed_out"`
+	TAP      TAPResult     `json:"tap"`
+	Bench    []string      `json:"bench,omitempty"` // "bench mode=..." lines and their "#" header
+	Console  string        `json:"-"`
+}
+
+// Err says why the run failed, or nil.
+func (r Run) Err() error {
+	if r.TimedOut {
+		return fmt.Errorf("%s: guest did not finish in time; %v", r.Variant, r.TAP.Err())
+	}
+	if err := r.TAP.Err(); err != nil {
+		return fmt.Errorf("%s: %w", r.Variant, err)
+	}
+	return nil
+}
+
+// Boot boots kernel + initrd under QEMU in test mode and parses the
+// selftest's TAP output; the guest is killed after timeout.
+func Boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Duration) (Run, error) {
+	return boot(ctx, o, kernel, initrd, timeout, "test", "")
+}
+
+func boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Duration, mode, cmdline string) (Run, error) {
+	if err := o.fill(); err != nil {
+		return Run{}, err
+	}
+	run := Run{Variant: o.Variant, Kernel: kernel}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var console bytes.Buffer
+	cmd := o.script(tctx, "run-qemu.sh", kernel, initrd, mode, cmdline)
+	cmd.Stdout = io.MultiWriter(&console, o.Log)
+	cmd.Stderr = cmd.Stdout
+	start := time.Now()
+	err := cmd.Run()
+	run.Duration = time.Since(start)
+	run.Console = console.String()
+	if tctx.Err() != nil && ctx.Err() == nil {
+		run.TimedOut = true
+	} else if ctx.Err() != nil {
+		return run, ctx.Err()
+	} else if err != nil && !strings.Contains(run.Console, "rxlane-selftest-exit=") {
+		return run, fmt.Errorf("qemu: %w", err)
+	}
+	run.TAP, err = ParseTAP(strings.NewReader(run.Console))
+	for _, line := range strings.Split(run.Console, "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.HasPrefix(line, "bench ") || (mode == "bench" && strings.HasPrefix(line, "# ")) {
+			run.Bench = append(run.Bench, line)
+		}
+	}
+	return run, err
+}
+
+// Bench builds the variant (it must have CONFIG_NET_RXLANE=y) and boots it
+// in bench mode: emulated-timing comparison of vanilla, PRISM-batch and
+// PRISM-sync, reps repetitions each. Timing under TCG is emulated.
+func Bench(ctx context.Context, o Options, reps int, timeout time.Duration) (Run, error) {
+	if err := o.fill(); err != nil {
+		return Run{}, err
+	}
+	kernel, err := Build(ctx, o)
+	if err != nil {
+		return Run{Variant: o.Variant}, err
+	}
+	initrd, err := Initramfs(ctx, o)
+	if err != nil {
+		return Run{Variant: o.Variant, Kernel: kernel}, err
+	}
+	run, err := boot(ctx, o, kernel, initrd, timeout, "bench", fmt.Sprintf("rxlane.reps=%d", reps))
+	if err == nil && run.TimedOut {
+		err = fmt.Errorf("%s: bench did not finish in %v", o.Variant, timeout)
+	}
+	if err == nil && len(run.Bench) == 0 {
+		err = fmt.Errorf("%s: bench printed no results", o.Variant)
+	}
+	return run, err
+}
+
+// Test builds the variant, packs the initramfs and runs the selftest.
+func Test(ctx context.Context, o Options, timeout time.Duration) (Run, error) {
+	if err := o.fill(); err != nil {
+		return Run{}, err
+	}
+	kernel, err := Build(ctx, o)
+	if err != nil {
+		return Run{Variant: o.Variant}, err
+	}
+	initrd, err := Initramfs(ctx, o)
+	if err != nil {
+		return Run{Variant: o.Variant, Kernel: kernel}, err
+	}
+	return Boot(ctx, o, kernel, initrd, timeout)
+}
+
+// Shell boots the variant with an interactive console on the caller's
+// terminal (rxlane.mode=shell).
+func Shell(ctx context.Context, o Options, stdin io.Reader, stdout io.Writer) error {
+	if err := o.fill(); err != nil {
+		return err
+	}
+	kernel, err := Build(ctx, o)
+	if err != nil {
+		return err
+	}
+	initrd, err := Initramfs(ctx, o)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(o.Dir, "scripts", "run-qemu.sh"), kernel, initrd, "shell")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stdout
+	return cmd.Run()
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Build the test guest's initramfs: busybox (static), the host's iproute2
+# (ip, bridge, tc) with the shared libraries ldd reports, the selftest,
+# its probes (built static from kernel/selftest/*.c) and /dev/console.
+#
+# usage: mkinitramfs.sh OUTPUT.cpio.gz
+set -euo pipefail
+outfile=${1:?usage: mkinitramfs.sh OUTPUT.cpio.gz}
+here=$(cd "$(dirname "$0")/.." && pwd)            # kernel/
+cache=${RXLANE_KERNEL_CACHE:-/var/cache/rxlane/kernel}
+src=$cache/src
+die() { echo "initramfs: $*" >&2; exit 1; }
+
+busybox=/bin/busybox
+[ -x "$busybox" ] || die "busybox not found: install busybox-static (scripts/setup does)"
+ldd "$busybox" >/dev/null 2>&1 && die "$busybox is not static: install busybox-static"
+[ -r "$cache/rxlane_uapi.h" ] || die "$cache/rxlane_uapi.h missing: build a patched variant (on/off) first"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,root}
+cp "$busybox" "$stage/bin/busybox"
+
+# iproute2 from the host, with its libraries
+for t in ip bridge tc; do
+	p=$(PATH=/usr/sbin:/sbin:/usr/bin:/bin command -v $t) || die "'$t' not found: install iproute2"
+	cp "$p" "$stage/usr/sbin/$t"   # ahead of busybox's applets in PATH
+	for lib in $(ldd "$p" | grep -o '/[^ ]*'); do
+		mkdir -p "$stage$(dirname "$lib")"
+		cp -L "$lib" "$stage$lib"
+	done
+done
+
+# probes (static) and the selftest
+cp "$cache/rxlane_uapi.h" "$stage/rxlane_uapi.h"
+for c in rxlanectl rxlane_probe; do
+	gcc -O2 -Wall -static -I"$stage" -o "$stage/bin/$c" "$here/selftest/$c.c" ||
+		die "compiling $c failed (needs gcc and libc6-dev)"
+done
+rm "$stage/rxlane_uapi.h"
+install -m 0755 "$here/selftest/rxlane.sh" "$stage/rxlane.sh"
+install -m 0755 "$here/selftest/init" "$stage/init"
+echo "root:x:0:0:root:/root:/bin/sh" >"$stage/etc/passwd"
+echo "nobody:x:1000:1000::/tmp:/bin/sh" >>"$stage/etc/passwd"
+echo "root:x:0:" >"$stage/etc/group"
+
+# cpio via the kernel's gen_init_cpio: no root needed for /dev/console
+gic=$cache/gen_init_cpio
+if [ ! -x "$gic" ] || [ "$src/usr/gen_init_cpio.c" -nt "$gic" ]; then
+	gcc -O2 -o "$gic" "$src/usr/gen_init_cpio.c" || die "building gen_init_cpio failed"
+fi
+list=$stage.list
+{
+	echo "nod /dev/console 0600 0 0 c 5 1"
+	echo "nod /dev/null 0666 0 0 c 1 3"
+	(cd "$stage" && find . -mindepth 1 | sort) | while read -r f; do
+		f=${f#.}
+		if [ -L "$stage$f" ]; then
+			echo "slink $f $(readlink "$stage$f") 0777 0 0"
+		elif [ -d "$stage$f" ]; then
+			echo "dir $f 0755 0 0"
+		else
+			echo "file $f $stage$f $(stat -c %a "$stage$f") 0 0"
+		fi
+	done
+} >"$list"
+"$gic" "$list" | gzip -9 >"$outfile.tmp"
+rm -f "$list"
+mv "$outfile.tmp" "$outfile"
+echo "$outfile"
