@@ -19,4 +19,9 @@ if [ "$mode" = shell ]; then
 	exec qemu-system-x86_64 "${args[@]}" -nographic
 fi
 # TCG keeps both host cores busy: serialise with other measurements
-exec flock "${RXLANE_CPU_LOCK:-/tmp/rxlane-cpu.lock}" qemu-system-x86_64 "${args[@]}" -display none -monitor none -serial stdio 2>&1 </dev/null
+# RXLANE_CPU_LOCK=none: the caller already holds the CPU lock.
+lock=${RXLANE_CPU_LOCK:-/tmp/rxlane-cpu.lock}
+if [ "$lock" = none ]; then
+	exec qemu-system-x86_64 "${args[@]}" -display none -monitor none -serial stdio 2>&1 </dev/null
+fi
+exec flock "$lock" qemu-system-x86_64 "${args[@]}" -display none -monitor none -serial stdio 2>&1 </dev/null
