@@ -87,6 +87,16 @@ func setOffload(dev string, o Offload, on bool) error {
 	return nil
 }
 
+// GetOffload reads an offload of dev in a namespace (file path, "" for
+// the caller's).
+func GetOffload(netnsPath, dev string, o Offload) (on bool, err error) {
+	err = inNetns(netnsPath, func() error {
+		on, err = getOffload(dev, o)
+		return err
+	})
+	return on, err
+}
+
 // SetOffload sets an offload of dev in a namespace (file path, "" for the
 // caller's) and returns what it was, so the caller can restore it.
 func SetOffload(netnsPath, dev string, o Offload, on bool) (prev bool, err error) {

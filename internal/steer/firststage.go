@@ -3,10 +3,9 @@ package steer
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
-	"unsafe"
 
+	"github.com/rxlane/rxlane/internal/datapath"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -45,44 +44,6 @@ type PeerOffload struct {
 	Netns string `json:"netns"`
 	Dev   string `json:"dev"`
 	Prev  bool   `json:"prev"`
-}
-
-// Legacy ethtool ioctls for tx checksumming (include/uapi/linux/ethtool.h).
-const (
-	ethtoolGTXCSUM = 0x16
-	ethtoolSTXCSUM = 0x17
-)
-
-type ethtoolValue struct{ cmd, data uint32 }
-
-type ifreqData struct {
-	name [unix.IFNAMSIZ]byte
-	data uintptr
-	_    [16]byte
-}
-
-func ethtoolTxCsum(dev string, set *bool) (bool, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return false, err
-	}
-	defer unix.Close(fd)
-	v := ethtoolValue{cmd: ethtoolGTXCSUM}
-	if set != nil {
-		v.cmd = ethtoolSTXCSUM
-		if *set {
-			v.data = 1
-		}
-	}
-	var ifr ifreqData
-	copy(ifr.name[:], dev)
-	ifr.data = uintptr(unsafe.Pointer(&v))
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
-	runtime.KeepAlive(&v)
-	if errno != 0 {
-		return false, fmt.Errorf("ethtool tx-checksum on %s: %w", dev, errno)
-	}
-	return v.data != 0, nil
 }
 
 // underlayPeer finds the other end of a veth underlay: its /run/netns
@@ -148,7 +109,7 @@ func senderTxOff(hostNS string, fs *FirstStage, save func() error) error {
 		return fmt.Errorf("steer: --sender-tx-off: %s is not a namespace of an rxlane testbed; turn tx checksum offload off on the sender yourself (ethtool -K %s tx off)", ns, peer)
 	}
 	return inNetnsSysfs(ns, func() error {
-		prev, err := ethtoolTxCsum(peer, nil)
+		prev, err := datapath.GetOffload("", peer, datapath.OffloadTxCsum)
 		if err != nil {
 			return err
 		}
@@ -159,8 +120,7 @@ func senderTxOff(hostNS string, fs *FirstStage, save func() error) error {
 		if err := save(); err != nil {
 			return err
 		}
-		off := false
-		_, err = ethtoolTxCsum(peer, &off)
+		_, err = datapath.SetOffload("", peer, datapath.OffloadTxCsum, false)
 		return err
 	})
 }
@@ -170,7 +130,7 @@ func restorePeerTx(p *PeerOffload) error {
 		return nil
 	}
 	err := inNetnsSysfs(p.Netns, func() error {
-		_, err := ethtoolTxCsum(p.Dev, &p.Prev)
+		_, err := datapath.SetOffload("", p.Dev, datapath.OffloadTxCsum, p.Prev)
 		if errors.Is(err, unix.ENODEV) {
 			return nil
 		}

@@ -65,6 +65,13 @@ func snapshot(t *testing.T, tb testbed.Config, n testbed.Node) string {
 	return fmt.Sprint(out)
 }
 
+// ifreqData is struct ifreq with ifr_data, for SIOCETHTOOL.
+type ifreqData struct {
+	name [unix.IFNAMSIZ]byte
+	data uintptr
+	_    [16]byte
+}
+
 // features returns dev's offload feature words (ETHTOOL_GFEATURES:
 // available, requested, active, never-changed per 32 features).
 func features(dev string) ([]uint32, error) {
