@@ -2,14 +2,13 @@ package datapath
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/jsonstate"
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/tcattach"
@@ -70,31 +69,14 @@ var ErrNotEnabled = errors.New("lanes are not enabled")
 func inNetns(path string, fn func() error) error { return netnsrun.Do(path, false, fn) }
 
 func loadState(path string) (*State, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read datapath state: %w", err)
-	}
 	var s State
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("parse datapath state %s: %w", path, err)
+	if found, err := jsonstate.Load(path, "datapath state", &s); !found {
+		return nil, err
 	}
 	return &s, nil
 }
 
-func saveState(path string, s *State) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	b, _ := json.MarshalIndent(s, "", "  ")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write datapath state: %w", err)
-	}
-	return os.Rename(tmp, path)
-}
+func saveState(path string, s *State) error { return jsonstate.Save(path, "datapath state", s) }
 
 // openAttached returns the maps of the program attached to the first
 // device that has it.

@@ -1,7 +1,6 @@
 package steer
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/jsonstate"
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
@@ -349,31 +349,14 @@ func restoreRPS(cs []RPSChange) error {
 }
 
 func loadState(path string) (*State, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read steer state: %w", err)
-	}
 	var s State
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("parse steer state %s: %w", path, err)
+	if found, err := jsonstate.Load(path, "steer state", &s); !found {
+		return nil, err
 	}
 	return &s, nil
 }
 
-func saveState(path string, s *State) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	b, _ := json.MarshalIndent(s, "", "  ")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write steer state: %w", err)
-	}
-	return os.Rename(tmp, path)
-}
+func saveState(path string, s *State) error { return jsonstate.Save(path, "steer state", s) }
 
 // attach attaches a steering program to dev's tc ingress in the calling
 // thread's namespace.
