@@ -27,6 +27,17 @@ type lanesFlags struct {
 
 // where resolves the namespace and the state files: rules in NAME.json,
 // what enable changed in NAME.datapath.json.
+// lane returns the datapath options (namespace, state file) and the rules
+// the flags name.
+func (f *lanesFlags) lane() (datapath.Options, *policy.Set, error) {
+	nsPath, rulesFile, dpFile, err := f.where()
+	if err != nil {
+		return datapath.Options{}, nil, err
+	}
+	set, err := policy.Load(rulesFile)
+	return datapath.Options{Netns: nsPath, StateFile: dpFile}, set, err
+}
+
 func (f *lanesFlags) where() (nsPath, rulesFile, dpFile string, err error) {
 	name := "host"
 	if f.netns != "" {
@@ -203,15 +214,12 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 			if err := datapath.ValidMode(mode); err != nil {
 				return err
 			}
-			nsPath, rulesFile, dpFile, err := f.where()
+			o, set, err := f.lane()
 			if err != nil {
 				return err
 			}
-			set, err := policy.Load(rulesFile)
-			if err != nil {
-				return err
-			}
-			topo, err := datapath.Enable(datapath.Options{Netns: nsPath, Device: dev, Force: force, TrustOuterCsum: trust, StateFile: dpFile, Mode: mode}, set)
+			o.Device, o.Force, o.TrustOuterCsum, o.Mode = dev, force, trust, mode
+			topo, err := datapath.Enable(o, set)
 			if err != nil {
 				return err
 			}
@@ -283,15 +291,11 @@ func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
 		Short: "Re-discover endpoints and peers (containers that came or went) into the enabled lane",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nsPath, rulesFile, dpFile, err := f.where()
+			o, set, err := f.lane()
 			if err != nil {
 				return err
 			}
-			set, err := policy.Load(rulesFile)
-			if err != nil {
-				return err
-			}
-			topo, err := datapath.Sync(datapath.Options{Netns: nsPath, StateFile: dpFile}, set)
+			topo, err := datapath.Sync(o, set)
 			if err != nil {
 				return err
 			}
@@ -367,15 +371,11 @@ func newLanesStatsCmd(f *lanesFlags) *cobra.Command {
 		Short: "Show per-lane, per-rule and per-reason counters",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nsPath, rulesFile, dpFile, err := f.where()
+			o, set, err := f.lane()
 			if err != nil {
 				return err
 			}
-			set, err := policy.Load(rulesFile)
-			if err != nil {
-				return err
-			}
-			st, err := datapath.ReadStats(datapath.Options{Netns: nsPath, StateFile: dpFile}, set)
+			st, err := datapath.ReadStats(o, set)
 			if err != nil {
 				return err
 			}
