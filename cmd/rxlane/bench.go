@@ -186,7 +186,7 @@ Examples:
 func defaultProbeOptions() bench.LatencyOptions {
 	o := bench.LatencyOptions{
 		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
-		BgSize: 64, BgFlows: 1, BgProto: "udp", BgSched: bench.BgSchedNormal, HoldQoS: true,
+		BgSize: 64, BgFlows: 1, BgProto: "udp", BgSched: bench.BgSchedNormal, AppSched: bench.BgSchedNormal, HoldQoS: true,
 	}
 	o.Testbed.Prefix = "bench"
 	return o
@@ -208,6 +208,7 @@ func (pf *probeFlags) add(cmd *cobra.Command, o *bench.LatencyOptions) {
 	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
 	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
 	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports; udp only)")
+	f.StringVar(&o.AppSched, "app-sched", o.AppSched, "scheduling class of the measured application (echo server and rxlane's prober): normal, or nice (nice -20, as a latency-critical service would run next to batch work; same for every mode)")
 	f.StringVar(&o.BgSched, "bg-sched", o.BgSched, "background generator scheduling class: normal, or idle (SCHED_IDLE: it only gets CPU time the measured applications leave, as if it ran on another machine)")
 	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
 }

@@ -41,7 +41,7 @@ type AgentArgs struct {
 	DstPort  int           // inject: sink port
 	Flows    int           // inject: number of background flows
 	Count    int64         // sink, inject: finish after this many packets (0: no limit)
-	Sched    string        // inject, tcpflood: scheduling class (BgSchedNormal, BgSchedIdle)
+	Sched    string        // scheduling class: inject, tcpflood BgSchedNormal/BgSchedIdle; echo, probe BgSchedNormal/AppSchedNice
 }
 
 // Argv renders the args as the agent command line.
@@ -96,6 +96,9 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 	}
 	switch a.Role {
 	case "echo":
+		if err := setSched(a.Sched); err != nil {
+			return err
+		}
 		if a.Proto == "tcp" {
 			ln, err := net.Listen("tcp4", a.Addr)
 			if err != nil {
@@ -126,6 +129,9 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 		ready()
 		return emit(RunSink(ctx, fd, a.Count))
 	case "probe":
+		if err := setSched(a.Sched); err != nil {
+			return err
+		}
 		cfg := ProbeConfig{Proto: a.Proto, Dst: a.Addr, Rate: a.Rate, Duration: a.Duration, Size: a.Size, Warmup: a.Warmup, Grace: 500 * time.Millisecond}
 		var res ProbeResult
 		if a.Proto == "tcp" {

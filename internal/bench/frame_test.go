@@ -108,15 +108,17 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	for flag, mod := range map[string]func(*LatencyOptions){
-		"reps":     func(o *LatencyOptions) { o.Reps = 0 },
-		"duration": func(o *LatencyOptions) { o.Duration = 1 },
-		"proto":    func(o *LatencyOptions) { o.Proto = "sctp" },
-		"rate":     func(o *LatencyOptions) { o.Rate = -1 },
-		"size":     func(o *LatencyOptions) { o.Size = 4 },
-		"bg-rate":  func(o *LatencyOptions) { o.BgRate = 0 },
-		"paths":    func(o *LatencyOptions) { o.Paths = []string{"moon"} },
-		"loads":    func(o *LatencyOptions) { o.Loads = []string{"heavy"} },
-		"bg-sched": func(o *LatencyOptions) { o.BgSched = "realtime" },
+		"reps":       func(o *LatencyOptions) { o.Reps = 0 },
+		"duration":   func(o *LatencyOptions) { o.Duration = 1 },
+		"proto":      func(o *LatencyOptions) { o.Proto = "sctp" },
+		"rate":       func(o *LatencyOptions) { o.Rate = -1 },
+		"size":       func(o *LatencyOptions) { o.Size = 4 },
+		"bg-rate":    func(o *LatencyOptions) { o.BgRate = 0 },
+		"paths":      func(o *LatencyOptions) { o.Paths = []string{"moon"} },
+		"loads":      func(o *LatencyOptions) { o.Loads = []string{"heavy"} },
+		"bg-sched":   func(o *LatencyOptions) { o.BgSched = "realtime" },
+		"app-sched":  func(o *LatencyOptions) { o.AppSched = "fifo" },
+		"app-sched ": func(o *LatencyOptions) { o.AppSched = AppSchedNice; o.Prober = "sockperf" },
 	} {
 		o := base
 		mod(&o)

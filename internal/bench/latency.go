@@ -44,7 +44,10 @@ type LatencyOptions struct {
 	// BgSched is the background generator's scheduling class: normal, or
 	// idle (SCHED_IDLE: it gets only the CPU time the measured
 	// applications leave, as a generator on another machine would).
-	BgSched  string
+	BgSched string
+	// AppSched is the measured application's (echo server and rxlane's
+	// prober) scheduling class: normal, or nice (nice -20).
+	AppSched string
 	Paths    []string
 	Loads    []string
 	HoldQoS  bool // hold /dev/cpu_dma_latency at 0 during the run
@@ -78,6 +81,10 @@ func (o LatencyOptions) Validate() error {
 		return fmt.Errorf("bg-proto %q: want udp or tcp", o.BgProto)
 	case o.BgSched != "" && o.BgSched != BgSchedNormal && o.BgSched != BgSchedIdle:
 		return fmt.Errorf("bg-sched %q: want %s or %s", o.BgSched, BgSchedNormal, BgSchedIdle)
+	case o.AppSched != "" && o.AppSched != BgSchedNormal && o.AppSched != AppSchedNice:
+		return fmt.Errorf("app-sched %q: want %s or %s", o.AppSched, BgSchedNormal, AppSchedNice)
+	case o.AppSched == AppSchedNice && o.Prober == "sockperf":
+		return fmt.Errorf("app-sched %s: applies to rxlane's own prober and echo server, not to sockperf", AppSchedNice)
 	case o.BgFlows < 1 || o.BgFlows > 1024:
 		return fmt.Errorf("bg-flows %d: want 1..1024", o.BgFlows)
 	case len(o.Paths) == 0 || len(o.Loads) == 0:
@@ -163,6 +170,7 @@ type OptionsJSON struct {
 	BgFlows    int     `json:"bg_flows"`
 	BgProto    string  `json:"bg_proto"`
 	BgSched    string  `json:"bg_sched"`
+	AppSched   string  `json:"app_sched"`
 }
 
 // RTTs returns the merged round-trip times of a case, in ns.
@@ -259,7 +267,7 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	if o.Prober == "sockperf" {
 		echo, err = startSockperfServer(tb, server, apps, o.Proto, addr, echoPort)
 	} else {
-		echo, err = startAgent(tb, server, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: o.Size})
+		echo, err = startAgent(tb, server, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: o.Size, Sched: o.AppSched})
 	}
 	if err != nil {
 		return res, err
@@ -311,7 +319,7 @@ func runProber(ctx context.Context, tb testbed.Config, o LatencyOptions, client 
 		return runSockperfClient(tb, client, tb.SenderCPUs(), o, addr, echoPort)
 	}
 	probe, err := startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "probe", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort),
-		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup})
+		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched})
 	if err != nil {
 		return pr, err
 	}
@@ -406,8 +414,11 @@ func (o LatencyOptions) optionsJSON() OptionsJSON {
 	if o.BgSched == "" {
 		o.BgSched = BgSchedNormal
 	}
+	if o.AppSched == "" {
+		o.AppSched = BgSchedNormal
+	}
 	return OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
-		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto, BgSched: o.BgSched}
+		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto, BgSched: o.BgSched, AppSched: o.AppSched}
 }
 
 // holdQoS holds /dev/cpu_dma_latency at 0 when want is set, and reports
