@@ -193,15 +193,34 @@ func sweepMetricNames() string {
 
 func newSimCalibrateCmd() *cobra.Command {
 	var asJSON bool
+	var fitScen, fitFlow string
+	var target float64
+	var sets []string
 	cmd := &cobra.Command{
-		Use:   "calibrate TRACE.json",
+		Use:   "calibrate TRACE.json [--fit SCENARIO --flow NAME --target-pps N]",
 		Short: "Derive per-packet stage costs from a `rxlane trace napi --json` report",
 		Long: `calibrate measures each traced NAPI device's busy time per poll (time from
 the previous napi_poll event in the same NET_RX softirq on that CPU) and fits
 busy = poll_ns + per_packet_ns x packets (docs/sim.md, "Calibration"). Use the
-result by hand, or point a scenario at the trace with calibrate_from.`,
+result by hand, or point a scenario at the trace with calibrate_from. The
+--json output is itself accepted by calibrate_from (a small file to commit
+instead of the trace).
+
+The traced costs include the tracer's own cost. --fit corrects for it: it
+calibrates SCENARIO from TRACE.json and finds the calibrate_scale at which
+the scenario's maximum loss-free rate of --flow equals --target-pps, the
+rate measured on the same layout without the tracer:
+
+  rxlane sim calibrate scenarios/calibration/vm-rxcore-costs.json \
+    --fit scenarios/falcon-vm.yaml --flow udp --target-pps 225000`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if fitScen != "" && (fitFlow == "" || target <= 0) {
+				return usagef("sim calibrate: --fit needs --flow and --target-pps > 0")
+			}
+			if fitScen == "" && (fitFlow != "" || target != 0 || len(sets) > 0) {
+				return usagef("sim calibrate: --flow, --target-pps and --set only go with --fit")
+			}
 			costs, err := sim.ReadTrace(args[0])
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) {
@@ -209,11 +228,25 @@ result by hand, or point a scenario at the trace with calibrate_from.`,
 				}
 				return fmt.Errorf("sim calibrate: %w", err)
 			}
+			var fit *sim.ScaleFit
+			if fitScen != "" {
+				abs, err := filepath.Abs(args[0])
+				if err != nil {
+					return fmt.Errorf("sim calibrate: %w", err)
+				}
+				fit, err = sim.FitCalibrateScale(fitScen, append(append([]string(nil), sets...), "calibrate_from="+abs), fitFlow, target)
+				if err != nil {
+					if errors.Is(err, sim.ErrScenario) || errors.Is(err, os.ErrNotExist) {
+						return usagef("sim calibrate --fit %s: %w", fitScen, err)
+					}
+					return fmt.Errorf("sim calibrate --fit: %w", err)
+				}
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"trace": args[0], "devices": costs}); err != nil {
+				if err := enc.Encode(sim.CostsFile{Trace: args[0], Devices: costs, Fit: fit}); err != nil {
 					return fmt.Errorf("write result: %w", err)
 				}
 				return nil
@@ -225,9 +258,18 @@ result by hand, or point a scenario at the trace with calibrate_from.`,
 				fmt.Fprintf(out, "  - {device: %q, per_packet_ns: %g, poll_ns: %g, method: %s, samples: %d, sampled_packets: %d, polls: %d, packets: %d}\n",
 					c.Device, c.PerPacketNs, c.PollNs, c.Method, c.Samples, c.SampledPkts, c.Polls, c.Packets)
 			}
+			if fit != nil {
+				fmt.Fprintf(out, "# %s flow %s: max loss-free %.1f kpps with the traced costs, %.1f kpps at the scale below (target %.1f kpps, %d iterations)\n",
+					fitScen, fitFlow, fit.UnscaledPps/1000, fit.MLFRPps/1000, fit.TargetPps/1000, fit.Iterations)
+				fmt.Fprintf(out, "calibrate_scale: %g\n", fit.Scale)
+			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {trace, devices[]}")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {trace, devices[], fit} (usable as calibrate_from)")
+	cmd.Flags().StringVar(&fitScen, "fit", "", "reference scenario: fit calibrate_scale so its --flow's max loss-free rate equals --target-pps")
+	cmd.Flags().StringVar(&fitFlow, "flow", "", "flow of the --fit scenario whose rate is matched")
+	cmd.Flags().Float64Var(&target, "target-pps", 0, "rate measured without the tracer on the layout --fit models (packets/s)")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a field of the --fit scenario: key.path=value")
 	return cmd
 }

@@ -64,7 +64,11 @@ func pct(a, b float64) string { return fmt.Sprintf("%+.0f%%", 100*(a-b)/b) }
 // maxRate finds by bisection the highest rate_pps of flow at which less
 // than 0.1% of its packets are lost.
 func maxRate(path string, sets []string, flow string, lo, hi float64) (float64, error) {
-	for i := 0; i < 9; i++ {
+	return maxRateSteps(path, sets, flow, lo, hi, 9)
+}
+
+func maxRateSteps(path string, sets []string, flow string, lo, hi float64, steps int) (float64, error) {
+	for i := 0; i < steps; i++ {
 		mid := (lo + hi) / 2
 		sc, err := LoadScenario(path, append(append([]string(nil), sets...), fmt.Sprintf("flows.%s.arrival.rate_pps=%g", flow, mid)))
 		if err != nil {
