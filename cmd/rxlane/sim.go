@@ -158,26 +158,42 @@ func newSimSweepCmd() *cobra.Command {
 }
 
 func newSimFiguresCmd() *cobra.Command {
-	var out, scen string
+	var out, scen, only string
 	cmd := &cobra.Command{
-		Use:   "figures --out DIR",
+		Use:   "figures --out DIR [--only papers|falcon-cores]",
 		Short: "Regenerate every paper reproduction as SVG plots plus a markdown report",
-		Args:  cobra.NoArgs,
+		Long: `figures regenerates the reproductions of docs/sim.md (report.md and SVGs,
+"papers", ~10 s) and the FALCON study over 4-20 cores with the paper's costs
+and with this VM's calibrated costs (falcon-cores.md and PNGs, "falcon-cores",
+about a minute; docs/steer.md). --only picks one of the two.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return usagef("sim figures: --out is required")
 			}
+			if only != "" && only != "papers" && only != "falcon-cores" {
+				return usagef("sim figures: --only %q: want papers or falcon-cores", only)
+			}
 			if st, err := os.Stat(scen); err != nil || !st.IsDir() {
 				return usagef("sim figures: scenario dir %q not found (use --scenarios)", scen)
 			}
-			if err := sim.Figures(scen, out, cmd.ErrOrStderr()); err != nil {
-				return fmt.Errorf("sim figures: %w", err)
+			if only != "falcon-cores" {
+				if err := sim.Figures(scen, out, cmd.ErrOrStderr()); err != nil {
+					return fmt.Errorf("sim figures: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/report.md\n", out)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/report.md\n", out)
+			if only != "papers" {
+				if err := sim.FalconCores(scen, out, cmd.ErrOrStderr()); err != nil {
+					return fmt.Errorf("sim figures: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/falcon-cores.md\n", out)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "output directory")
+	cmd.Flags().StringVar(&only, "only", "", "papers (docs/sim.md reproductions) or falcon-cores (FALCON vs core count); default both")
 	cmd.Flags().StringVar(&scen, "scenarios", "scenarios", "directory holding the scenario files")
 	return cmd
 }

@@ -189,3 +189,34 @@ func TestFitCalibrateScaleReproducesTarget(t *testing.T) {
 		t.Errorf("reference without calibrate_from: err %v", err)
 	}
 }
+
+// The FALCON core study's calibrated model takes falcon-vm.yaml's
+// calibrate_scale: every calibrated stage is the committed cost x scale.
+func TestFalconCostModelsCalibrated(t *testing.T) {
+	models, err := falconCostModels("../../scenarios")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := loadFile(t, "../../scenarios/falcon-vm.yaml")
+	costs, err := ReadTrace("../../scenarios/calibration/vm-rxcore-costs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]float64{}
+	for _, c := range costs {
+		by[c.Device] = c.PerPacketNs
+	}
+	for _, file := range []string{"falcon-single-flow.yaml", "falcon-multi.yaml"} {
+		sets := models[1].single
+		if file == "falcon-multi.yaml" {
+			sets = models[1].multi
+		}
+		sc := loadFile(t, "../../scenarios/"+file, sets...)
+		for stage, dev := range map[string]string{"eth": "wireB", "ip": "backlog", "vxlan": "vxB", "veth": "backlog"} {
+			want := round1(vm.CalibrateScale * by[dev])
+			if got := sc.stage(stage).Cost.Ns; got != want {
+				t.Errorf("%s: stage %s cost %v, want %v", file, stage, got, want)
+			}
+		}
+	}
+}
