@@ -72,8 +72,8 @@ func (s *falconStudy) run(file string, sets []string) (*Result, error) {
 	return Run(sc), nil
 }
 
-// mlfr: highest rate of flow udp with at most 0.1% loss (bisection, 11
-// steps up to hi).
+// mlfr: highest rate of flow udp the scenario sustains (at most 0.1%
+// dropped, 99% completed; bisection, 11 steps up to hi).
 func (s *falconStudy) mlfr(sets []string, hi float64) (float64, error) {
 	lo := 0.0
 	for i := 0; i < 11; i++ {
@@ -82,8 +82,7 @@ func (s *falconStudy) mlfr(sets []string, hi float64) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		f := r.FlowByName("udp")
-		if f.Sent > 0 && float64(f.Dropped+f.Sent-f.Delivered) <= 0.001*float64(f.Sent) {
+		if sustains(r, r.FlowByName("udp")) {
 			lo = mid
 		} else {
 			hi = mid
