@@ -224,7 +224,7 @@ instead of the trace).
 
 The traced costs include the tracer's own cost. --fit corrects for it: it
 calibrates SCENARIO from TRACE.json and finds the calibrate_scale at which
-the scenario's maximum loss-free rate of --flow equals --target-pps, the
+the highest rate of --flow the scenario sustains equals --target-pps, the
 rate measured on the same layout without the tracer:
 
   rxlane sim calibrate scenarios/calibration/vm-rxcore-costs.json \
@@ -275,7 +275,7 @@ rate measured on the same layout without the tracer:
 					c.Device, c.PerPacketNs, c.PollNs, c.Method, c.Samples, c.SampledPkts, c.Polls, c.Packets)
 			}
 			if fit != nil {
-				fmt.Fprintf(out, "# %s flow %s: max loss-free %.1f kpps with the traced costs, %.1f kpps at the scale below (target %.1f kpps, %d iterations)\n",
+				fmt.Fprintf(out, "# %s flow %s: sustains %.1f kpps with the traced costs, %.1f kpps at the scale below (target %.1f kpps, %d iterations)\n",
 					fitScen, fitFlow, fit.UnscaledPps/1000, fit.MLFRPps/1000, fit.TargetPps/1000, fit.Iterations)
 				fmt.Fprintf(out, "calibrate_scale: %g\n", fit.Scale)
 			}
@@ -283,7 +283,7 @@ rate measured on the same layout without the tracer:
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {trace, devices[], fit} (usable as calibrate_from)")
-	cmd.Flags().StringVar(&fitScen, "fit", "", "reference scenario: fit calibrate_scale so its --flow's max loss-free rate equals --target-pps")
+	cmd.Flags().StringVar(&fitScen, "fit", "", "reference scenario: fit calibrate_scale so the highest rate its --flow sustains equals --target-pps")
 	cmd.Flags().StringVar(&fitFlow, "flow", "", "flow of the --fit scenario whose rate is matched")
 	cmd.Flags().Float64Var(&target, "target-pps", 0, "rate measured without the tracer on the layout --fit models (packets/s)")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a field of the --fit scenario: key.path=value")

@@ -251,7 +251,7 @@ type ScaleFit struct {
 	Sets      []string `json:"sets,omitempty"`
 	Flow      string   `json:"flow"`
 	TargetPps float64  `json:"target_pps"`
-	// Scale is the calibrate_scale at which the flow's maximum loss-free
+	// Scale is the calibrate_scale at which the flow's highest sustained
 	// rate (MLFRPps) is within 1% of TargetPps; UnscaledPps is that rate
 	// at scale 1 (the costs as traced).
 	Scale       float64 `json:"scale"`
@@ -267,7 +267,7 @@ type ScaleFit struct {
 // (targetPps) of the layout the reference scenario (path + sets, which
 // must set calibrate_from) models, it finds the factor s by which every
 // calibrated per-packet and per-poll cost must be multiplied so that the
-// scenario's maximum loss-free rate of flow equals targetPps (costs the
+// scenario's highest sustained rate of flow (see sustains) equals targetPps (costs the
 // trace does not measure, like ISR and IPI, stay as written). Capacity
 // falls monotonically with s, roughly as 1/(a s + b): the search solves
 // 1/rate(s) = 1/target with secant steps.

@@ -152,9 +152,10 @@ func TestCostsFileEqualsTrace(t *testing.T) {
 // no more. Here the "untraced" machine is 1.6x as fast as the trace says.
 // The check re-runs the scenario independently of the fit's own bisection:
 // at the fitted scale, 97% of the target is forwarded (<= 0.1% dropped,
-// >= 99% delivered in the window) and 110% is not. (The scale is not simply 1/1.6: ISR and softirq
-// entry costs are not scaled, and batches grow with the rate.) A wrong correction (scale not applied, applied inverted,
-// or only to per-packet costs) fails one of these.
+// >= 99% delivered in the window) and 110% is not. (The scale is not
+// simply 1/1.6: ISR and softirq entry costs are not scaled, and batches
+// grow with the rate.) A wrong correction (scale not applied, applied
+// inverted, or only to per-packet costs) fails one of these.
 func TestFitCalibrateScaleReproducesTarget(t *testing.T) {
 	const path = "testdata/calibrated-overlay.yaml"
 	sets := []string{"duration_ms=10", "warmup_ms=1", "kernel={isr_ns: 300, softirq_entry_ns: 200}"}

@@ -39,7 +39,7 @@ type Scenario struct {
 	CalibrateDevices map[string]string `yaml:"calibrate_devices" json:"calibrate_devices,omitempty"`
 	// CalibrateScale multiplies every calibrated per-packet and per-poll
 	// cost (0 = 1): the tracer-overhead correction, fitted with
-	// FitCalibrateScale so that a reference scenario's maximum loss-free
+	// FitCalibrateScale so that a reference scenario's highest sustained
 	// rate equals the rate measured without the tracer (docs/sim.md).
 	CalibrateScale float64 `yaml:"calibrate_scale" json:"calibrate_scale,omitempty"`
 }
