@@ -158,26 +158,42 @@ func newSimSweepCmd() *cobra.Command {
 }
 
 func newSimFiguresCmd() *cobra.Command {
-	var out, scen string
+	var out, scen, only string
 	cmd := &cobra.Command{
-		Use:   "figures --out DIR",
+		Use:   "figures --out DIR [--only papers|falcon-cores]",
 		Short: "Regenerate every paper reproduction as SVG plots plus a markdown report",
-		Args:  cobra.NoArgs,
+		Long: `figures regenerates the reproductions of docs/sim.md (report.md and SVGs,
+"papers", ~10 s) and the FALCON study over 4-20 cores with the paper's costs
+and with this VM's calibrated costs (falcon-cores.md and PNGs, "falcon-cores",
+about a minute; docs/steer.md). --only picks one of the two.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return usagef("sim figures: --out is required")
 			}
+			if only != "" && only != "papers" && only != "falcon-cores" {
+				return usagef("sim figures: --only %q: want papers or falcon-cores", only)
+			}
 			if st, err := os.Stat(scen); err != nil || !st.IsDir() {
 				return usagef("sim figures: scenario dir %q not found (use --scenarios)", scen)
 			}
-			if err := sim.Figures(scen, out, cmd.ErrOrStderr()); err != nil {
-				return fmt.Errorf("sim figures: %w", err)
+			if only != "falcon-cores" {
+				if err := sim.Figures(scen, out, cmd.ErrOrStderr()); err != nil {
+					return fmt.Errorf("sim figures: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/report.md\n", out)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/report.md\n", out)
+			if only != "papers" {
+				if err := sim.FalconCores(scen, out, cmd.ErrOrStderr()); err != nil {
+					return fmt.Errorf("sim figures: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/falcon-cores.md\n", out)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "output directory")
+	cmd.Flags().StringVar(&only, "only", "", "papers (docs/sim.md reproductions) or falcon-cores (FALCON vs core count); default both")
 	cmd.Flags().StringVar(&scen, "scenarios", "scenarios", "directory holding the scenario files")
 	return cmd
 }
@@ -193,15 +209,34 @@ func sweepMetricNames() string {
 
 func newSimCalibrateCmd() *cobra.Command {
 	var asJSON bool
+	var fitScen, fitFlow string
+	var target float64
+	var sets []string
 	cmd := &cobra.Command{
-		Use:   "calibrate TRACE.json",
+		Use:   "calibrate TRACE.json [--fit SCENARIO --flow NAME --target-pps N]",
 		Short: "Derive per-packet stage costs from a `rxlane trace napi --json` report",
 		Long: `calibrate measures each traced NAPI device's busy time per poll (time from
 the previous napi_poll event in the same NET_RX softirq on that CPU) and fits
 busy = poll_ns + per_packet_ns x packets (docs/sim.md, "Calibration"). Use the
-result by hand, or point a scenario at the trace with calibrate_from.`,
+result by hand, or point a scenario at the trace with calibrate_from. The
+--json output is itself accepted by calibrate_from (a small file to commit
+instead of the trace).
+
+The traced costs include the tracer's own cost. --fit corrects for it: it
+calibrates SCENARIO from TRACE.json and finds the calibrate_scale at which
+the highest rate of --flow the scenario sustains equals --target-pps, the
+rate measured on the same layout without the tracer:
+
+  rxlane sim calibrate scenarios/calibration/vm-rxcore-costs.json \
+    --fit scenarios/falcon-vm.yaml --flow udp --target-pps 225000`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if fitScen != "" && (fitFlow == "" || target <= 0) {
+				return usagef("sim calibrate: --fit needs --flow and --target-pps > 0")
+			}
+			if fitScen == "" && (fitFlow != "" || target != 0 || len(sets) > 0) {
+				return usagef("sim calibrate: --flow, --target-pps and --set only go with --fit")
+			}
 			costs, err := sim.ReadTrace(args[0])
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) {
@@ -209,11 +244,25 @@ result by hand, or point a scenario at the trace with calibrate_from.`,
 				}
 				return fmt.Errorf("sim calibrate: %w", err)
 			}
+			var fit *sim.ScaleFit
+			if fitScen != "" {
+				abs, err := filepath.Abs(args[0])
+				if err != nil {
+					return fmt.Errorf("sim calibrate: %w", err)
+				}
+				fit, err = sim.FitCalibrateScale(fitScen, append(append([]string(nil), sets...), "calibrate_from="+abs), fitFlow, target)
+				if err != nil {
+					if errors.Is(err, sim.ErrScenario) || errors.Is(err, os.ErrNotExist) {
+						return usagef("sim calibrate --fit %s: %w", fitScen, err)
+					}
+					return fmt.Errorf("sim calibrate --fit: %w", err)
+				}
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"trace": args[0], "devices": costs}); err != nil {
+				if err := enc.Encode(sim.CostsFile{Trace: args[0], Devices: costs, Fit: fit}); err != nil {
 					return fmt.Errorf("write result: %w", err)
 				}
 				return nil
@@ -225,9 +274,18 @@ result by hand, or point a scenario at the trace with calibrate_from.`,
 				fmt.Fprintf(out, "  - {device: %q, per_packet_ns: %g, poll_ns: %g, method: %s, samples: %d, sampled_packets: %d, polls: %d, packets: %d}\n",
 					c.Device, c.PerPacketNs, c.PollNs, c.Method, c.Samples, c.SampledPkts, c.Polls, c.Packets)
 			}
+			if fit != nil {
+				fmt.Fprintf(out, "# %s flow %s: sustains %.1f kpps with the traced costs, %.1f kpps at the scale below (target %.1f kpps, %d iterations)\n",
+					fitScen, fitFlow, fit.UnscaledPps/1000, fit.MLFRPps/1000, fit.TargetPps/1000, fit.Iterations)
+				fmt.Fprintf(out, "calibrate_scale: %g\n", fit.Scale)
+			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {trace, devices[]}")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {trace, devices[], fit} (usable as calibrate_from)")
+	cmd.Flags().StringVar(&fitScen, "fit", "", "reference scenario: fit calibrate_scale so the highest rate its --flow sustains equals --target-pps")
+	cmd.Flags().StringVar(&fitFlow, "flow", "", "flow of the --fit scenario whose rate is matched")
+	cmd.Flags().Float64Var(&target, "target-pps", 0, "rate measured without the tracer on the layout --fit models (packets/s)")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a field of the --fit scenario: key.path=value")
 	return cmd
 }

@@ -60,11 +60,36 @@ type DeviceCost struct {
 // ErrCalibrate wraps every calibration error.
 var ErrCalibrate = errors.New("calibrate")
 
-// ReadTrace reads a tracer report and calibrates every polled device.
+// CostsFile is what `rxlane sim calibrate TRACE --json` prints: the
+// per-device costs of a trace (and, with --fit, the fitted
+// calibrate_scale). calibrate_from accepts it in place of the trace, so
+// a scenario can be calibrated from a small committed file instead of a
+// tracer report of tens of MB.
+type CostsFile struct {
+	Trace string `json:"trace"`
+	// Note: where the trace came from (free text, for people).
+	Note    string       `json:"note,omitempty"`
+	Devices []DeviceCost `json:"devices"`
+	Fit     *ScaleFit    `json:"fit,omitempty"`
+}
+
+// ReadTrace reads a tracer report and calibrates every polled device, or
+// reads the costs from a CostsFile (a JSON object without "polls").
 func ReadTrace(path string) ([]DeviceCost, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: read trace: %w", ErrCalibrate, err)
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("%w: parse trace %s: %w", ErrCalibrate, path, err)
+	}
+	if _, isTrace := probe["polls"]; !isTrace {
+		var cf CostsFile
+		if err := json.Unmarshal(b, &cf); err != nil || len(cf.Devices) == 0 {
+			return nil, fmt.Errorf("%w: %s is neither a tracer report (no \"polls\") nor a costs file (no \"devices\" with costs)", ErrCalibrate, path)
+		}
+		return cf.Devices, nil
 	}
 	var r traceReport
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -184,6 +209,13 @@ func (s *Scenario) applyCalibration(path string) error {
 			return fmt.Errorf("calibrate_from: no stage name matches a traced device (%d devices); map them with calibrate_devices", len(costs))
 		}
 	}
+	scale := s.CalibrateScale
+	switch {
+	case scale == 0:
+		scale = 1
+	case scale < 0 || math.IsNaN(scale) || math.IsInf(scale, 0):
+		return fmt.Errorf("calibrate_scale: must be > 0")
+	}
 	var pollSum, pollW float64
 	stages := make([]string, 0, len(m))
 	for st := range m {
@@ -203,8 +235,8 @@ func (s *Scenario) applyCalibration(path string) error {
 		if c.Method == "none" {
 			return fmt.Errorf("calibrate_devices.%s: device %q has no measurable poll (no two consecutive polls in one softirq)", st, dev)
 		}
-		sp.Cost = Cost{Ns: c.PerPacketNs, Dist: sp.Cost.Dist, Spread: sp.Cost.Spread}
-		pollSum += c.PollNs * float64(c.Samples)
+		sp.Cost = Cost{Ns: round1(scale * c.PerPacketNs), Dist: sp.Cost.Dist, Spread: sp.Cost.Spread}
+		pollSum += scale * c.PollNs * float64(c.Samples)
 		pollW += float64(c.Samples)
 	}
 	if pollW > 0 {
@@ -212,3 +244,86 @@ func (s *Scenario) applyCalibration(path string) error {
 	}
 	return nil
 }
+
+// ScaleFit is the result of FitCalibrateScale.
+type ScaleFit struct {
+	Scenario  string   `json:"scenario"`
+	Sets      []string `json:"sets,omitempty"`
+	Flow      string   `json:"flow"`
+	TargetPps float64  `json:"target_pps"`
+	// Scale is the calibrate_scale at which the flow's highest sustained
+	// rate (MLFRPps) is within 1% of TargetPps; UnscaledPps is that rate
+	// at scale 1 (the costs as traced).
+	Scale       float64 `json:"scale"`
+	MLFRPps     float64 `json:"mlfr_pps"`
+	UnscaledPps float64 `json:"unscaled_mlfr_pps"`
+	Iterations  int     `json:"iterations"`
+}
+
+// FitCalibrateScale corrects a calibration for the tracer's own cost.
+// The traced per-stage costs include the cost of the tracer's events, so
+// a scenario calibrated with them forwards at the traced rate, not the
+// rate the machine reaches untraced. Given the untraced measured maximum
+// (targetPps) of the layout the reference scenario (path + sets, which
+// must set calibrate_from) models, it finds the factor s by which every
+// calibrated per-packet and per-poll cost must be multiplied so that the
+// scenario's highest sustained rate of flow (see sustains) equals targetPps (costs the
+// trace does not measure, like ISR and IPI, stay as written). Capacity
+// falls monotonically with s, roughly as 1/(a s + b): the search solves
+// 1/rate(s) = 1/target with secant steps.
+func FitCalibrateScale(path string, sets []string, flow string, targetPps float64) (*ScaleFit, error) {
+	if targetPps <= 0 {
+		return nil, fmt.Errorf("%w: target rate must be > 0", ErrCalibrate)
+	}
+	fit := &ScaleFit{Scenario: path, Sets: sets, Flow: flow, TargetPps: targetPps}
+	rate := func(s float64) (float64, error) {
+		ss := append(append([]string(nil), sets...), fmt.Sprintf("calibrate_scale=%g", s))
+		sc, err := LoadScenario(path, ss)
+		if err != nil {
+			return 0, err
+		}
+		if sc.CalibrateFrom == "" {
+			return 0, fmt.Errorf("%w: %s: the reference scenario needs calibrate_from", ErrCalibrate, path)
+		}
+		found := false
+		for _, f := range sc.Flows {
+			found = found || f.Name == flow
+		}
+		if !found {
+			return 0, fmt.Errorf("%w: %s: no flow %q", ErrCalibrate, path, flow)
+		}
+		return maxRateSteps(path, ss, flow, 0, 4*targetPps, 12)
+	}
+	// 1/rate(s) is close to linear in s (a s + b): the first step is
+	// the fixed point s x rate / target, then secant steps on 1/rate.
+	s, prevS, prevY := 1.0, 0.0, 0.0
+	for fit.Iterations = 1; fit.Iterations <= 12; fit.Iterations++ {
+		s = round3(s)
+		r, err := rate(s)
+		if err != nil {
+			return nil, err
+		}
+		if fit.Iterations == 1 {
+			fit.UnscaledPps = r
+		}
+		if r <= 0 {
+			return nil, fmt.Errorf("%w: %s: flow %s loses packets at every rate (scale %g)", ErrCalibrate, path, flow, s)
+		}
+		fit.Scale, fit.MLFRPps = s, r
+		if math.Abs(r/targetPps-1) < 0.01 {
+			return fit, nil
+		}
+		y := 1 / r
+		next := s * r / targetPps
+		if fit.Iterations > 1 && y != prevY && s != prevS {
+			next = s + (1/targetPps-y)*(s-prevS)/(y-prevY)
+		}
+		if next <= 0 || math.IsNaN(next) {
+			next = s / 2
+		}
+		prevS, prevY, s = s, y, next
+	}
+	return nil, fmt.Errorf("%w: %s: scale did not converge (last %g: %.0f pps for a target of %.0f)", ErrCalibrate, path, fit.Scale, fit.MLFRPps, targetPps)
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }

@@ -37,6 +37,11 @@ type Scenario struct {
 	// cost and kernel.poll_ns; CalibrateDevices maps stage -> device.
 	CalibrateFrom    string            `yaml:"calibrate_from" json:"calibrate_from,omitempty"`
 	CalibrateDevices map[string]string `yaml:"calibrate_devices" json:"calibrate_devices,omitempty"`
+	// CalibrateScale multiplies every calibrated per-packet and per-poll
+	// cost (0 = 1): the tracer-overhead correction, fitted with
+	// FitCalibrateScale so that a reference scenario's highest sustained
+	// rate equals the rate measured without the tracer (docs/sim.md).
+	CalibrateScale float64 `yaml:"calibrate_scale" json:"calibrate_scale,omitempty"`
 }
 
 // Kernel holds the net_rx_action and softirq knobs.
@@ -215,6 +220,8 @@ func parseScenario(b []byte, sets []string, dir string) (*Scenario, error) {
 		}
 	} else if len(sc.CalibrateDevices) > 0 {
 		return nil, fmt.Errorf("%w: calibrate_devices: needs calibrate_from", ErrScenario)
+	} else if sc.CalibrateScale != 0 {
+		return nil, fmt.Errorf("%w: calibrate_scale: needs calibrate_from", ErrScenario)
 	}
 	if err := sc.Normalize(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrScenario, err)
