@@ -96,6 +96,22 @@ overlay_order() {
 	recv_during rxl-cB 7000 $(($1+1)) -- rxlane_probe inject wB $1 198.19.0.2 198.19.0.3 7000 vxlan 198.18.0.1 198.18.0.2 ${2:-42} $mac
 }
 
+# veth in NAPI mode: vb's rq uses its ring once GRO is on; va must not
+# offer TSO, or veth keeps skbs that are not from a UDP socket off the ring
+vb_napi_on() {
+	rxlane_probe feature vb gro on && NS rxl-a rxlane_probe feature va tso off
+}
+# napi_order NLOW: NLOW low + 1 high frames transmitted on va in one burst,
+# so that all of them wait in vb's ring (at most 255) before it polls
+napi_order() {
+	recv_during - 7000 $(($1+1)) -- NS rxl-a rxlane_probe xmit va "$(cat /sys/class/net/vb/address)" $1 10.9.0.2 10.9.0.3 7000
+}
+# stat_cpu NAME CPU: column NAME of CPU's row in /proc/net/rxlane
+stat_cpu() {
+	awk -v col="$1" -v cpu="$2" 'NR==2 { for (i=1;i<=NF;i++) if ($i==col) c=i }
+		NR>2 && c && $1==cpu { print $c+0 }' /proc/net/rxlane
+}
+
 # bench: emulated timing of PRISM vs vanilla (no pass/fail; QEMU TCG)
 pct() { sort -n "$1" | awk '{a[NR]=$1} END {printf "median=%d p10=%d p90=%d", a[int((NR+1)/2)], a[int(NR*0.1)+1], a[int(NR*0.9+0.5)]}'; }
 bench() {
@@ -230,6 +246,67 @@ NS rxl-cB rxlanectl flush
 sysctl_w prism_mode 0
 r=$(overlay_order 200)
 [ "$(echo "$r" | field high_index)" = 200 ] && ok "PRISM off again: FIFO order back" || nok "PRISM off again" "$r"
+
+# ---- PRISM: veth in NAPI mode (GRO on, skbs in the rq's ptr_ring) -------
+T=/sys/kernel/tracing
+[ -d $T/events ] || T=/sys/kernel/debug/tracing
+if vb_napi_on >/tmp/feat.out 2>&1; then
+	rxlanectl flush
+	rxlanectl add 10.9.0.3/32 proto 17 ports 7000 >/dev/null
+	# vanilla: FIFO through the ring, and the ring is really used (vb's
+	# own NAPI instance polls the packets)
+	echo >$T/trace; echo 1 >$T/events/napi/napi_poll/enable
+	r=$(napi_order 200)
+	echo 0 >$T/events/napi/napi_poll/enable
+	vbpolls=$(grep -c 'napi_poll:.*device vb work [1-9]' $T/trace)
+	[ "$(echo "$r" | field high_index)" = 200 ] && [ "$(echo "$r" | field received)" = 201 ] && [ "$vbpolls" -ge 1 ] &&
+		ok "veth NAPI mode, PRISM off: FIFO (high_index 200), 201/201 delivered, $vbpolls polls of vb's NAPI" ||
+		nok "veth NAPI mode vanilla FIFO" "$(echo $r) vb polls $vbpolls"
+	for mode in 1 2; do
+		name=$([ $mode = 1 ] && echo batch || echo sync)
+		sysctl_w prism_mode $mode
+		rxlanectl flush
+		rxlanectl add 10.9.0.3/32 proto 17 ports 7000 >/dev/null
+		e0=$(stat_sum high_enqueued); p0=$(stat_sum high_polled)
+		r=$(napi_order 200)
+		de=$(( $(stat_sum high_enqueued) - e0 )); dp=$(( $(stat_sum high_polled) - p0 ))
+		[ "$(echo "$r" | field high_index)" = 0 ] && [ "$(echo "$r" | field received)" = 201 ] &&
+			ok "veth NAPI mode, PRISM-$name: high packet behind 200 low ones in the ring delivered first, 201/201" ||
+			nok "veth NAPI mode PRISM-$name priority" "$(echo $r)"
+		[ $de = 1 ] && [ $dp = 1 ] && [ "$(rxlanectl list | field hits)" = 1 ] &&
+			ok "veth NAPI mode, PRISM-$name: one packet through vb's high queue (enqueued 1, polled 1, 1 rule hit)" ||
+			nok "veth NAPI mode PRISM-$name counters" "enqueued $de polled $dp $(rxlanectl list)"
+	done
+	sysctl_w prism_mode 1
+	# GRO off and on again with PRISM on: back to netif_rx (backlog
+	# stage), then the ring again; nothing is lost either way
+	rxlane_probe feature vb gro off
+	r1=$(napi_order 200)
+	rxlane_probe feature vb gro on
+	r2=$(napi_order 200)
+	[ "$(echo "$r1" | field high_index)" = 0 ] && [ "$(echo "$r1" | field received)" = 201 ] &&
+	[ "$(echo "$r2" | field high_index)" = 0 ] && [ "$(echo "$r2" | field received)" = 201 ] &&
+		ok "veth GRO off (backlog stage) and on again (ring): high first, nothing lost" ||
+		nok "veth GRO off/on" "$(echo $r1) / $(echo $r2)"
+	# a second pair in NAPI mode, deleted while traffic with high
+	# packets may still be queued in its ring and high queue
+	ip link add vd type veth peer name vc netns rxl-a
+	NS rxl-a ip addr add 10.8.0.1/24 dev vc; NS rxl-a ip link set vc up
+	ip addr add 10.8.0.3/24 dev vd; ip link set vd up
+	rxlane_probe feature vd gro on; NS rxl-a rxlane_probe feature vc tso off
+	rxlanectl add 10.8.0.3/32 proto 17 ports 7001 >/dev/null
+	NS rxl-a rxlane_probe xmit vc "$(cat /sys/class/net/vd/address)" 200 10.8.0.3 10.8.0.3 7001 >/dev/null
+	ip link del vd
+	check "veth pair in NAPI mode deleted after a burst with PRISM on: no crash, device gone" sh -c '! /usr/sbin/ip link show vd 2>/dev/null'
+	sysctl_w prism_mode 0
+	r=$(napi_order 200)
+	[ "$(echo "$r" | field high_index)" = 200 ] && [ "$(echo "$r" | field received)" = 201 ] &&
+		ok "veth NAPI mode: PRISM off again, FIFO back, 201/201" || nok "veth NAPI mode PRISM off again" "$(echo $r)"
+	rxlanectl flush
+	rxlane_probe feature vb gro off
+else
+	skip "veth NAPI mode checks" "cannot switch GRO/TSO: $(cat /tmp/feat.out)"
+fi
 
 # ---- poll order (tracepoints) ------------------------------------------
 T=/sys/kernel/tracing
@@ -382,6 +459,90 @@ if [ -d $T/events/rxlane ] && [ $ncpu -ge 2 ]; then
 	fi
 	sysctl_w falcon_threshold 0
 	[ "$(cat /proc/sys/net/rxlane/falcon_threshold)" = 0 ] && ok "FALCON switched off again" || nok "FALCON off"
+
+	# ---- FALCON GRO splitting (vb in NAPI mode: veth_poll's GRO) ----
+	vb_napi_on >/dev/null 2>&1
+	gro_sums() { echo "$(stat_sum gro_steered) $(stat_sum gro_polled)"; }
+	# flow_bg COUNT: start COUNT sequenced datagrams rxl-a -> vb in the
+	# background (sender pinned to CPU 0); gro_wait collects the result
+	flow_bg() {
+		rm -f /tmp/ready; mkfifo /tmp/ready
+		rxlane_probe recv 7000 $1 3000 /tmp/ready >/tmp/recv.out &
+		gpid=$!
+		read -r _ </tmp/ready
+		taskset 1 /usr/sbin/ip netns exec rxl-a rxlane_probe send 10.9.0.2 7000 $1 &
+		spid=$!
+	}
+	# (not in a command substitution: a subshell cannot wait for them)
+	gro_wait() { wait $spid; wait $gpid; r=$(cat /tmp/recv.out); }
+	check "GRO split: off by default, sysctls in place" sh -c '[ "$(cat /proc/sys/net/rxlane/gro_split)" = 0 ] && [ -z "$(cat /proc/sys/net/rxlane/gro_split_cpus)" ]'
+	echo 1 >/proc/sys/net/rxlane/gro_split_cpus
+	echo 1 >/proc/sys/net/rxlane/gro_split
+	s0=$(gro_sums); c0=$(stat_cpu gro_polled 1)
+	echo >$T/trace; echo 1 >$T/events/rxlane/rxlane_gro_split/enable
+	flow_bg 2000; gro_wait
+	echo 0 >$T/events/rxlane/rxlane_gro_split/enable
+	grep -o 'hash=0x[0-9a-f]* cpu=[0-9]* choice=[0-9] from=[0-9]*' $T/trace | sort | uniq -c >/tmp/gsplit
+	diag "GRO split decisions (count hash cpu choice from):"; sed 's/^/#   /' /tmp/gsplit
+	set -- $s0; s1=$(gro_sums)
+	steered=$(( ${s1% *} - $1 )); polled=$(( ${s1#* } - $2 )); on1=$(( $(stat_cpu gro_polled 1) - c0 ))
+	[ "$(echo "$r" | field received)" = 2000 ] && [ "$(echo "$r" | field inorder)" = 1 ] &&
+		ok "GRO split: 2000 sequenced datagrams delivered complete and in order" || nok "GRO split delivery" "$(echo $r)"
+	[ $steered -ge 2000 ] && [ $polled = $steered ] && [ $on1 = $polled ] &&
+		ok "GRO split: GRO of all $steered packets ran on the configured CPU 1 (gro_polled)" ||
+		nok "GRO split on CPU 1" "steered $steered polled $polled on CPU 1 $on1"
+	check "GRO split: every decision picks CPU 1 (first choice); the flow was polled on CPU 0" \
+		sh -c "grep -q 'cpu=1 choice=1 from=0' /tmp/gsplit && ! grep -v 'cpu=1 choice=1' /tmp/gsplit | grep -q ."
+	# the configured CPU changes while a flow runs: the guard keeps
+	# order; nothing is left on a cell
+	s0=$(gro_sums)
+	flow_bg 3000
+	sw=0
+	while kill -0 $spid 2>/dev/null; do
+		echo $((1 + sw % (ncpu - 1))) >/proc/sys/net/rxlane/gro_split_cpus
+		sw=$((sw + 1))
+	done
+	gro_wait; set -- $s0; s1=$(gro_sums)
+	diag "GRO split: configured CPU switched $sw times during the flow; guarded decisions: $(stat_sum gro_guarded)"
+	[ "$(echo "$r" | field received)" = 3000 ] && [ "$(echo "$r" | field inorder)" = 1 ] && [ $(( ${s1% *} - $1 )) = $(( ${s1#* } - $2 )) ] &&
+		ok "GRO split: CPU switched $sw times mid-flow: 3000/3000 in order, cells drained" ||
+		nok "GRO split CPU switches" "$(echo $r) steered/polled $s0 -> $s1"
+	# the configured CPU goes offline during a flow, then stays offline
+	if [ -w /sys/devices/system/cpu/cpu1/online ]; then
+		echo 1 >/proc/sys/net/rxlane/gro_split_cpus
+		s0=$(gro_sums)
+		flow_bg 3000
+		echo 0 >/sys/devices/system/cpu/cpu1/online
+		gro_wait; set -- $s0; s1=$(gro_sums)
+		[ "$(echo "$r" | field received)" = 3000 ] && [ "$(echo "$r" | field inorder)" = 1 ] && [ $(( ${s1% *} - $1 )) = $(( ${s1#* } - $2 )) ] &&
+			ok "GRO split: configured CPU offlined during a flow: 3000/3000 in order, nothing stranded" ||
+			nok "GRO split CPU offline mid-flow" "$(echo $r) steered/polled $s0 -> $s1"
+		echo >$T/trace; echo 1 >$T/events/rxlane/rxlane_gro_split/enable
+		flow_bg 500; gro_wait
+		echo 0 >$T/events/rxlane/rxlane_gro_split/enable
+		[ "$(echo "$r" | field received)" = 500 ] && grep -q 'choice=3' $T/trace && ! grep -q 'cpu=1 choice=[12]' $T/trace &&
+			ok "GRO split: CPU 1 offline: never chosen, GRO on the polling CPU, 500/500" ||
+			nok "GRO split CPU offline" "$(echo $r) $(grep -o 'cpu=[0-9]* choice=[0-9]' $T/trace | sort | uniq -c | tr '\n' ' ')"
+		echo 1 >/sys/devices/system/cpu/cpu1/online
+	else
+		skip "GRO split CPU offline" "no CPU hotplug"
+	fi
+	# switched off while a flow runs: nothing stranded on a cell
+	echo 1 >/proc/sys/net/rxlane/gro_split_cpus
+	s0=$(gro_sums)
+	flow_bg 3000
+	echo 0 >/proc/sys/net/rxlane/gro_split
+	gro_wait; set -- $s0; s1=$(gro_sums)
+	diag "GRO split switched off mid-flow: $(echo $r) (order is not guaranteed across the switch-off)"
+	[ "$(echo "$r" | field received)" = 3000 ] && [ $(( ${s1% *} - $1 )) = $(( ${s1#* } - $2 )) ] &&
+		ok "GRO split switched off during a flow: 3000/3000 delivered, cells drained" ||
+		nok "GRO split off mid-flow" "$(echo $r) steered/polled $s0 -> $s1"
+	s0=$(gro_sums)
+	flow_bg 200; gro_wait
+	[ "$(gro_sums)" = "$s0" ] && [ "$(echo "$r" | field received)" = 200 ] &&
+		ok "GRO split off: nothing split, 200/200" || nok "GRO split off" "$s0 -> $(gro_sums)"
+	echo >/proc/sys/net/rxlane/gro_split_cpus
+	rxlane_probe feature vb gro off
 else
 	skip "FALCON steering checks" "no rxlane tracepoints or a single CPU"
 fi

@@ -16,11 +16,19 @@
  *	with vxlan, the frames are VXLAN-encapsulated (UDP 4789, VNI).
  *	LOW_IP/HIGH_IP may be IPv6 addresses (then no vxlan).
  *	Prints t_inject_ns (CLOCK_MONOTONIC just before queueing).
+ *   rxlane_probe xmit IFNAME PEER_MAC NLOW LOW_IP HIGH_IP PORT
+ *	the same frames (IPv4), addressed to PEER_MAC and transmitted on
+ *	IFNAME in one burst (debugfs rxlane/xmit): on a veth whose peer is
+ *	in NAPI mode, all of them wait in the peer's ring before it polls.
+ *   rxlane_probe feature IFNAME gro|tso on|off
+ *	switch an offload (legacy ethtool ioctl; the guest has no ethtool)
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
@@ -220,6 +228,9 @@ static int dev_mac(const char *ifname, uint8_t *mac)
 	return 0;
 }
 
+static int xmit_mode;
+static uint8_t xmit_dmac[6];
+
 static int do_inject(int argc, char **argv)
 {
 	uint8_t dmac[6], smac[6] = { 0x02, 0, 0, 0, 0, 0x99 }, imac[6];
@@ -235,6 +246,11 @@ static int do_inject(int argc, char **argv)
 	if (!ifindex || dev_mac(argv[2], dmac)) {
 		fprintf(stderr, "rxlane_probe: no device %s\n", argv[2]);
 		return 1;
+	}
+	if (xmit_mode) {
+		/* from the device itself to its peer */
+		memcpy(smac, dmac, 6);
+		memcpy(dmac, xmit_dmac, 6);
 	}
 	nlow = atoi(argv[3]);
 	if (strchr(argv[4], ':')) {
@@ -299,13 +315,41 @@ static int do_inject(int argc, char **argv)
 	/* debugfs is also mounted at /debug by the guest's init: `ip netns
 	 * exec` remounts /sys and hides /sys/kernel/debug
 	 */
-	fd = open("/debug/rxlane/inject", O_WRONLY);
+	fd = open(xmit_mode ? "/debug/rxlane/xmit" : "/debug/rxlane/inject", O_WRONLY);
 	if (fd < 0)
-		fd = open("/sys/kernel/debug/rxlane/inject", O_WRONLY);
+		fd = open(xmit_mode ? "/sys/kernel/debug/rxlane/xmit" :
+			  "/sys/kernel/debug/rxlane/inject", O_WRONLY);
 	printf("t_inject_ns=%lld\n", now_ns());
 	fflush(stdout);
 	if (fd < 0 || write(fd, buf, off) != (ssize_t)off) {
 		fprintf(stderr, "rxlane_probe: inject: %s\n", strerror(errno));
+		return 1;
+	}
+	close(fd);
+	return 0;
+}
+
+static int do_feature(int argc, char **argv)
+{
+	struct ethtool_value ev = { 0 };
+	struct ifreq ifr = { 0 };
+	int fd;
+
+	if (argc < 5)
+		return 2;
+	if (!strcmp(argv[3], "gro"))
+		ev.cmd = ETHTOOL_SGRO;
+	else if (!strcmp(argv[3], "tso"))
+		ev.cmd = ETHTOOL_STSO;
+	else
+		return 2;
+	ev.data = !strcmp(argv[4], "on");
+	strncpy(ifr.ifr_name, argv[2], IFNAMSIZ - 1);
+	ifr.ifr_data = (void *)&ev;
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (ioctl(fd, SIOCETHTOOL, &ifr) < 0) {
+		fprintf(stderr, "rxlane_probe: %s %s %s: %s\n", argv[2], argv[3],
+			argv[4], strerror(errno));
 		return 1;
 	}
 	close(fd);
@@ -322,6 +366,15 @@ int main(int argc, char **argv)
 		ret = do_send(argc, argv);
 	else if (argc > 1 && !strcmp(argv[1], "inject"))
 		ret = do_inject(argc, argv);
+	else if (argc > 3 && !strcmp(argv[1], "xmit")) {
+		xmit_mode = 1;
+		if (parse_mac(argv[3], xmit_dmac))
+			return 2;
+		/* drop PEER_MAC: the rest is inject's argument list */
+		memmove(&argv[3], &argv[4], (argc - 3) * sizeof(*argv));
+		ret = do_inject(argc - 1, argv);
+	} else if (argc > 1 && !strcmp(argv[1], "feature"))
+		ret = do_feature(argc, argv);
 	if (ret == 2)
 		fprintf(stderr, "usage: see the comment at the top of rxlane_probe.c\n");
 	return ret;
