@@ -302,7 +302,7 @@ func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
 			if f.json {
 				return writeJSON(cmd.OutOrStdout(), topo)
 			}
-			printTopology(cmd.OutOrStdout(), topo, false)
+			printTopology(cmd.OutOrStdout(), topo, topo.Forced)
 			return nil
 		},
 	}

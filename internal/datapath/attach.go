@@ -171,6 +171,7 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		if err != nil {
 			return err
 		}
+		topo.Forced = o.Force
 		if len(topo.Tunnels) == 0 {
 			return errNoTunnel
 		}
@@ -402,6 +403,7 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 			return err
 		}
 		force := st.Force || o.Force
+		topo.Forced = force
 		if st.Mode == ModeQueue {
 			var devs []string
 			for _, a := range st.Attachments {

@@ -144,6 +144,13 @@ func TestLaneOnTestbed(t *testing.T) {
 	if _, err := Enable(opts, &rules); err != nil { // idempotent re-sync
 		t.Fatal(err)
 	}
+	// A sync without --force keeps (and reports) the force the lane was
+	// enabled with.
+	so := opts
+	so.Force = false
+	if synced, err := Sync(so, &rules); err != nil || synced.Forced != opts.Force {
+		t.Fatalf("sync: forced %v, want %v (%v)", synced.Forced, opts.Force, err)
+	}
 
 	const n = 200
 	vx0 := rxPackets(t, tb, testbed.VxB)

@@ -54,6 +54,9 @@ type Topology struct {
 	LocalAddrs []netip.Addr `json:"local_addrs"`
 	Tunnels    []Tunnel     `json:"tunnels"`
 	Endpoints  []Endpoint   `json:"endpoints"`
+	// Forced is set by Enable and Sync when endpoints with a Skip reason
+	// are served anyway (--force now or when the lane was enabled).
+	Forced bool `json:"forced,omitempty"`
 }
 
 func addr16(a netip.Addr) [16]byte { return a.Unmap().As16() }
