@@ -21,10 +21,31 @@ fails=0
 echo "TAP version 13"
 echo "# kernel $(uname -r), CONFIG_NET_RXLANE=$([ -e /proc/sys/net/rxlane ] && echo y || echo n), $(grep -c ^processor /proc/cpuinfo) CPUs"
 
-# known failures: "script:reason" for scripts that also fail with the
-# series compiled out (vanilla behaviour of this kernel in this guest);
-# reported as TODO, which TAP does not count as a failure
-known=""
+# upstream's environment: /bin/sh is a shell that runs PATH commands
+# (busybox sh runs its own applets first, and busybox ip has no netns);
+# only this boot runs upstream.sh, so rxlane.sh is not affected
+ln -sf bash /bin/sh
+
+# Known failures: a script that fails with exactly these sub-checks
+# failing (its "fail" lines, sorted, joined by |) in every variant,
+# including the series compiled out, is reported as TODO with the reason;
+# TAP does not count it as a failure. Any other failure, or a different
+# set of failing sub-checks, is a failure.
+known_checks() {
+	case $1 in
+	veth.sh) echo "- after dev off, flag|with xdp attached - gro flag";;
+	esac
+}
+known_reason() {
+	case $1 in
+	veth.sh) echo "Debian 6.1.192 carries 'net: veth: do not manipulate GRO when using XDP' but not the matching veth.sh update: XDP no longer turns GRO on; fails the same with the series compiled out";;
+	esac
+}
+# failing sub-checks in the log ("<check name>   fail - ..." lines)
+failed_checks() {
+	grep -E '[[:space:]]fail([[:space:]]|$)' /tmp/upstream.log |
+		sed -e 's/[[:space:]]*fail.*//' -e 's/^[[:space:]]*//' | sort | tr '\n' '|' | sed 's/|$//'
+}
 
 # run SCRIPT [ARGS]: one TAP line; the script's output as diagnostics
 run() {
@@ -40,11 +61,14 @@ run() {
 	sed 's/^/# /' /tmp/upstream.log
 	[ -f /selftests/net/log.txt ] && { sed 's/^/# log.txt: /' /selftests/net/log.txt; rm -f /selftests/net/log.txt; }
 	desc="net/$s${1:+ $*} (exit $rc, $(( $(date +%s) - t0 ))s)"
-	reason=$(echo "$known" | tr ' ' '\n' | sed -n "s/^$s:\(.*\)/\1/p" | tr _ ' ')
 	if [ $rc = 0 ]; then
 		echo "ok $n - $desc"
-	elif [ -n "$reason" ]; then
-		echo "not ok $n - $desc # TODO $reason"
+		return
+	fi
+	got=$(failed_checks)
+	echo "# failing sub-checks: ${got:-none found}"
+	if [ -n "$got" ] && [ "$got" = "$(known_checks $s)" ]; then
+		echo "not ok $n - $desc # TODO $(known_reason $s)"
 	else
 		fails=$((fails + 1))
 		echo "not ok $n - $desc"
