@@ -14,7 +14,7 @@
 
 PATH=/usr/sbin:/usr/bin:/bin:/sbin
 reps=${1:-15}
-lanes() { rxlane lanes --state-dir /run/rxlane/lanes "$@"; }
+lanes() { rxlane lanes --state-dir /tmp/lanebench "$@"; }
 field() { sed -n "s/.*$1=\([-0-9]*\).*/\1/p"; }
 pct() { sort -n "$1" | awk '{a[NR]=$1} END {printf "median=%d p10=%d p90=%d", a[int((NR+1)/2)], a[int(NR*0.1)+1], a[int(NR*0.9+0.5)]}'; }
 
@@ -54,7 +54,7 @@ lanes stats >/tmp/lanes.stats 2>&1
 sed 's/^/# lanes stats: /' /tmp/lanes.stats
 high=$(awk '$1 == "high" { print $2; exit }' /tmp/lanes.stats)
 lanes disable
-lanes del 1 >/dev/null 2>&1
+rm -rf /tmp/lanebench
 if [ "${high:-0}" -lt $((reps + 1)) ]; then
 	echo "lanebench: the lane carried ${high:-0} high packets, expected $((reps + 1))"
 	exit 1
