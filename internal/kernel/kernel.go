@@ -92,7 +92,7 @@ func Missing() string {
 	if _, err := os.Stat(tarball()); err != nil {
 		miss = append(miss, tarball()+" (package linux-source-6.1)")
 	}
-	for _, t := range []string{"qemu-system-x86_64", "gcc", "make", "flex", "bison", "bc", "ccache", "patch", "git", "cpio"} {
+	for _, t := range []string{"qemu-system-x86_64", "gcc", "make", "flex", "bison", "bc", "ccache", "patch", "git", "cpio", "ethtool", "nstat"} {
 		if _, err := exec.LookPath(t); err != nil {
 			miss = append(miss, t)
 		}
