@@ -173,7 +173,16 @@ func GuestBinary(ctx context.Context, o Options) (string, error) {
 		return "", errors.New("the eBPF lane needs a static rxlane binary in the guest: this executable is dynamically linked and 'go' is not in PATH to build one (build rxlane with CGO_ENABLED=0)")
 	}
 	out := filepath.Join(o.Cache, "rxlane-guest")
-	cmd := exec.CommandContext(ctx, gobin, "build", "-trimpath", "-ldflags=-s", "-o", out, "./cmd/rxlane")
+	args := []string{gobin, "build", "-trimpath", "-ldflags=-s", "-o", out, "./cmd/rxlane"}
+	// a build is CPU-heavy: under the CPU lock like the kernel build
+	// (RXLANE_CPU_LOCK=none: the caller holds it)
+	if lock := os.Getenv("RXLANE_CPU_LOCK"); lock != "none" {
+		if lock == "" {
+			lock = "/tmp/rxlane-cpu.lock"
+		}
+		args = append([]string{"flock", lock}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = filepath.Dir(o.Dir)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

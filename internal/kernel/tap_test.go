@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -99,5 +100,17 @@ func TestTAPKnownFailure(t *testing.T) {
 	}
 	if pass, fail, skip := r.Counts(); pass != 1 || fail != 0 || skip != 1 {
 		t.Errorf("counts %d/%d/%d, want 1/0/1", pass, fail, skip)
+	}
+}
+
+func TestIsStatic(t *testing.T) {
+	if isStatic("/nonexistent") {
+		t.Error("a missing file reported static")
+	}
+	if _, err := os.Stat("/bin/busybox"); err == nil && Missing() == "" {
+		// scripts/setup installs busybox-static; mkinitramfs.sh relies on it
+		if !isStatic("/bin/busybox") {
+			t.Error("/bin/busybox (busybox-static) reported dynamic")
+		}
 	}
 }
