@@ -44,10 +44,11 @@ kernel itself, behind CONFIG_NET_RXLANE and default-off static keys.
 
   rxlane kernel build --variant on      tinyconfig + kernel/config + the series
   rxlane kernel test                    build on and off, boot each under QEMU
-                                        (TCG, 4 vCPUs), run the selftest
+                                        (TCG, 4 vCPUs), run the selftest and
+                                        the kernel's own net selftests
   rxlane kernel boot                    interactive console in the guest
-  rxlane kernel bench                   vanilla vs PRISM-batch vs PRISM-sync,
-                                        emulated timing in the guest
+  rxlane kernel bench                   vanilla vs PRISM-batch vs PRISM-sync
+                                        vs the eBPF lane, emulated timing
 
 Variants: on (compiled in, off until enabled by sysctl), off (compiled
 out), debug (on + KASAN, LOCKDEP, DEBUG_LIST), vanilla (no patches).
@@ -96,19 +97,32 @@ func newKernelBuildCmd(f *kernelFlags) *cobra.Command {
 func newKernelTestCmd(f *kernelFlags) *cobra.Command {
 	var (
 		variants []string
+		suites   []string
 		timeout  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "test",
-		Short: "Build each variant, boot it under QEMU and run the selftest (TAP)",
-		Long: `Builds each variant, packs the initramfs (busybox, the host's iproute2, the
-selftest and its probes), boots it under QEMU with software emulation and
-runs kernel/selftest/rxlane.sh. Exits non-zero if any variant fails, the
-guest crashes, or it does not finish within --timeout.`,
+		Short: "Build each variant, boot it under QEMU and run the selftests (TAP)",
+		Long: `Builds each variant, packs the initramfs (busybox, the host's iproute2, bash,
+ethtool, the selftest and its probes, a selection of the kernel's own net
+selftests), boots it under QEMU with software emulation once per suite:
+
+  rxlane     kernel/selftest/rxlane.sh: the series' invariants
+  upstream   kernel/selftest/upstream.sh: the kernel's own veth, VXLAN, UDP
+             GSO and GRO selftests (tools/testing/selftests/net of the same
+             tree), unchanged; one TAP line per script
+
+Exits non-zero if any variant fails, the guest crashes, or a boot does not
+finish within --timeout.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
 				return usagef("--timeout must be positive")
+			}
+			for _, s := range suites {
+				if s != kernel.SuiteRxlane && s != kernel.SuiteUpstream {
+					return usagef("--suite %q: want %s and/or %s", s, kernel.SuiteRxlane, kernel.SuiteUpstream)
+				}
 			}
 			var runs []kernel.Run
 			var failed []string
@@ -117,22 +131,30 @@ guest crashes, or it does not finish within --timeout.`,
 				if err != nil {
 					return err
 				}
-				run, err := kernel.Test(cmd.Context(), o, timeout)
-				if err == nil {
-					err = run.Err()
-				}
+				vruns, err := kernel.TestSuites(cmd.Context(), o, suites, timeout)
 				if err != nil {
-					failed = append(failed, err.Error())
-					if run.Console != "" && !f.verbose {
-						fmt.Fprintf(cmd.ErrOrStderr(), "--- %s guest console ---\n%s--- end ---\n", v, run.Console)
-					}
+					failed = append(failed, fmt.Sprintf("%s: %v", v, err))
 				}
-				runs = append(runs, run)
-				if !f.json {
-					pass, fail, skip := run.TAP.Counts()
-					fmt.Fprintf(cmd.OutOrStdout(), "%-8s %3d passed %3d failed %3d skipped  (guest %.1fs)\n", v, pass, fail, skip, run.Duration.Seconds())
-					for _, t := range run.TAP.Failed() {
-						fmt.Fprintf(cmd.OutOrStdout(), "         not ok %d - %s  %s\n", t.Num, t.Desc, t.Reason)
+				for _, run := range vruns {
+					rerr := run.Err()
+					if rerr != nil && run.Suite != "" {
+						failed = append(failed, fmt.Sprintf("%s %s", run.Suite, rerr))
+					}
+					if (err != nil || rerr != nil) && run.Console != "" && !f.verbose {
+						fmt.Fprintf(cmd.ErrOrStderr(), "--- %s %s guest console ---\n%s--- end ---\n", v, run.Suite, run.Console)
+					}
+					runs = append(runs, run)
+					if !f.json && run.Suite != "" {
+						pass, fail, skip := run.TAP.Counts()
+						fmt.Fprintf(cmd.OutOrStdout(), "%-8s %-9s %3d passed %3d failed %3d skipped  (guest %.1fs)\n", v, run.Suite, pass, fail, skip, run.Duration.Seconds())
+						for _, t := range run.TAP.Tests {
+							switch {
+							case t.Todo:
+								fmt.Fprintf(cmd.OutOrStdout(), "                   known failure %d - %s  %s\n", t.Num, t.Desc, t.Reason)
+							case !t.OK:
+								fmt.Fprintf(cmd.OutOrStdout(), "                   not ok %d - %s  %s\n", t.Num, t.Desc, t.Reason)
+							}
+						}
 					}
 				}
 			}
@@ -148,6 +170,7 @@ guest crashes, or it does not finish within --timeout.`,
 		},
 	}
 	cmd.Flags().StringSliceVar(&variants, "variant", []string{"off", "on"}, "variants to test, comma separated (on, off, debug, vanilla)")
+	cmd.Flags().StringSliceVar(&suites, "suite", []string{kernel.SuiteRxlane, kernel.SuiteUpstream}, "suites to run, comma separated (rxlane, upstream)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "limit for each guest boot + selftest")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the TAP results as JSON")
 	return cmd
@@ -181,11 +204,14 @@ func newKernelBenchCmd(f *kernelFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Emulated-timing comparison in the guest: vanilla vs PRISM-batch vs PRISM-sync",
-		Long: `Boots the "on" variant and, for each of vanilla (prism_mode 0), PRISM-batch
-and PRISM-sync, queues 500 low-priority and then one high-priority VXLAN
-packet at once and times the high packet's delivery to the container and
-the last delivery. QEMU runs with software emulation: the numbers show
+		Short: "Emulated-timing comparison in the guest: vanilla vs PRISM-batch vs PRISM-sync vs the eBPF lane",
+		Long: `Boots the "on" variant and, for each of vanilla (prism_mode 0), PRISM-batch,
+PRISM-sync and the project's eBPF lane (rxlane lanes, sync mode: tc on the
+underlay, with prism_mode 0), queues 500 low-priority and then one
+high-priority VXLAN packet at once and times the high packet's delivery to
+the container and the last delivery. The guest gets a static copy of this
+rxlane binary (or one built with CGO_ENABLED=0 by 'go build' when this one
+is dynamically linked). QEMU runs with software emulation: the numbers show
 the ordering effect, not real-hardware latency.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -8,6 +8,7 @@ package kernel
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -91,7 +92,7 @@ func Missing() string {
 	if _, err := os.Stat(tarball()); err != nil {
 		miss = append(miss, tarball()+" (package linux-source-6.1)")
 	}
-	for _, t := range []string{"qemu-system-x86_64", "gcc", "make", "flex", "bison", "bc", "ccache", "patch", "git", "cpio"} {
+	for _, t := range []string{"qemu-system-x86_64", "gcc", "make", "flex", "bison", "bc", "ccache", "patch", "git", "cpio", "ethtool", "nstat"} {
 		if _, err := exec.LookPath(t); err != nil {
 			miss = append(miss, t)
 		}
@@ -149,9 +150,73 @@ func Initramfs(ctx context.Context, o Options) (string, error) {
 	return lastLine(o.script(ctx, "mkinitramfs.sh", filepath.Join(o.Cache, "initramfs.cpio.gz")))
 }
 
+// benchInitramfs is the initramfs with the static rxlane binary guestBin
+// in it (the eBPF lane's mode of the bench).
+func benchInitramfs(ctx context.Context, o Options, guestBin string) (string, error) {
+	cmd := o.script(ctx, "mkinitramfs.sh", filepath.Join(o.Cache, "initramfs-bench.cpio.gz"))
+	cmd.Env = append(cmd.Env, "RXLANE_GUEST_BIN="+guestBin)
+	return lastLine(cmd)
+}
+
+// GuestBinary returns a statically linked rxlane binary for the guest:
+// the running executable if it is static, otherwise one built with
+// CGO_ENABLED=0 from the repository around o.Dir into the cache.
+func GuestBinary(ctx context.Context, o Options) (string, error) {
+	if err := o.fill(); err != nil {
+		return "", err
+	}
+	if self, err := os.Executable(); err == nil && isStatic(self) && strings.HasPrefix(filepath.Base(self), "rxlane") {
+		return self, nil
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return "", errors.New("the eBPF lane needs a static rxlane binary in the guest: this executable is dynamically linked and 'go' is not in PATH to build one (build rxlane with CGO_ENABLED=0)")
+	}
+	out := filepath.Join(o.Cache, "rxlane-guest")
+	args := []string{gobin, "build", "-trimpath", "-ldflags=-s", "-o", out, "./cmd/rxlane"}
+	// a build is CPU-heavy: under the CPU lock like the kernel build
+	// (RXLANE_CPU_LOCK=none: the caller holds it)
+	if lock := os.Getenv("RXLANE_CPU_LOCK"); lock != "none" {
+		if lock == "" {
+			lock = "/tmp/rxlane-cpu.lock"
+		}
+		args = append([]string{"flock", lock}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = filepath.Dir(o.Dir)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build of the guest's rxlane binary: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// isStatic reports whether the ELF file at path has no program
+// interpreter (is statically linked).
+func isStatic(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
+// Suites a guest boot can run.
+const (
+	SuiteRxlane   = "rxlane"   // kernel/selftest/rxlane.sh
+	SuiteUpstream = "upstream" // kernel/selftest/upstream.sh: the kernel's own net selftests
+)
+
 // Run is one selftest (or bench) boot.
 type Run struct {
 	Variant  string        `json:"variant"`
+	Suite    string        `json:"suite,omitempty"`
 	Kernel   string        `json:"kernel"`
 	Duration time.Duration `json:"duration_ns"`
 	TimedOut bool          `json:"timed_out"`
@@ -174,7 +239,18 @@ func (r Run) Err() error {
 // Boot boots kernel + initrd under QEMU in test mode and parses the
 // selftest's TAP output; the guest is killed after timeout.
 func Boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Duration) (Run, error) {
-	return boot(ctx, o, kernel, initrd, timeout, "test", "")
+	run, err := boot(ctx, o, kernel, initrd, timeout, "test", "")
+	run.Suite = SuiteRxlane
+	return run, err
+}
+
+// BootUpstream boots kernel + initrd and runs the selection of the
+// kernel's own net selftests (kernel/selftest/upstream.sh), one TAP line
+// per upstream script.
+func BootUpstream(ctx context.Context, o Options, kernel, initrd string, timeout time.Duration) (Run, error) {
+	run, err := boot(ctx, o, kernel, initrd, timeout, "upstream", "")
+	run.Suite = SuiteUpstream
+	return run, err
 }
 
 func boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Duration, mode, cmdline string) (Run, error) {
@@ -210,17 +286,22 @@ func boot(ctx context.Context, o Options, kernel, initrd string, timeout time.Du
 }
 
 // Bench builds the variant (it must have CONFIG_NET_RXLANE=y) and boots it
-// in bench mode: emulated-timing comparison of vanilla, PRISM-batch and
-// PRISM-sync, reps repetitions each. Timing under TCG is emulated.
+// in bench mode: emulated-timing comparison of vanilla, PRISM-batch,
+// PRISM-sync and the project's eBPF lane (rxlane lanes, sync mode), reps
+// repetitions each. Timing under TCG is emulated.
 func Bench(ctx context.Context, o Options, reps int, timeout time.Duration) (Run, error) {
 	if err := o.fill(); err != nil {
 		return Run{}, err
+	}
+	guestBin, err := GuestBinary(ctx, o)
+	if err != nil {
+		return Run{Variant: o.Variant}, err
 	}
 	kernel, err := Build(ctx, o)
 	if err != nil {
 		return Run{Variant: o.Variant}, err
 	}
-	initrd, err := Initramfs(ctx, o)
+	initrd, err := benchInitramfs(ctx, o, guestBin)
 	if err != nil {
 		return Run{Variant: o.Variant, Kernel: kernel}, err
 	}
@@ -230,6 +311,9 @@ func Bench(ctx context.Context, o Options, reps int, timeout time.Duration) (Run
 	}
 	if err == nil && len(run.Bench) == 0 {
 		err = fmt.Errorf("%s: bench printed no results", o.Variant)
+	}
+	if err == nil && run.TAP.ExitCode != 0 {
+		err = fmt.Errorf("%s: bench failed in the guest (exit status %d)", o.Variant, run.TAP.ExitCode)
 	}
 	return run, err
 }
@@ -248,6 +332,42 @@ func Test(ctx context.Context, o Options, timeout time.Duration) (Run, error) {
 		return Run{Variant: o.Variant, Kernel: kernel}, err
 	}
 	return Boot(ctx, o, kernel, initrd, timeout)
+}
+
+// TestSuites builds the variant, packs the initramfs once and boots it
+// once per suite (SuiteRxlane, SuiteUpstream), in that order. It returns
+// the runs made so far and the first error that stopped it; a run's own
+// failures are in Run.Err.
+func TestSuites(ctx context.Context, o Options, suites []string, timeout time.Duration) ([]Run, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	for _, s := range suites {
+		if s != SuiteRxlane && s != SuiteUpstream {
+			return nil, fmt.Errorf("unknown suite %q (want %s or %s)", s, SuiteRxlane, SuiteUpstream)
+		}
+	}
+	kernel, err := Build(ctx, o)
+	if err != nil {
+		return []Run{{Variant: o.Variant}}, err
+	}
+	initrd, err := Initramfs(ctx, o)
+	if err != nil {
+		return []Run{{Variant: o.Variant, Kernel: kernel}}, err
+	}
+	var runs []Run
+	for _, s := range suites {
+		boot := Boot
+		if s == SuiteUpstream {
+			boot = BootUpstream
+		}
+		run, err := boot(ctx, o, kernel, initrd, timeout)
+		runs = append(runs, run)
+		if err != nil {
+			return runs, err
+		}
+	}
+	return runs, nil
 }
 
 // Shell boots the variant with an interactive console on the caller's

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -83,5 +84,33 @@ func TestOptionsRejectUnknownVariant(t *testing.T) {
 	o := Options{Dir: "/nonexistent", Variant: "fast"}
 	if err := o.fill(); err == nil {
 		t.Error("variant fast accepted")
+	}
+}
+
+func TestTAPKnownFailure(t *testing.T) {
+	r, err := ParseTAP(strings.NewReader("ok 1 - net/veth.sh\nnot ok 2 - net/gro.sh # TODO fails identically compiled out\n1..2\nrxlane-selftest-exit=0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Tests[1]; got.OK || !got.Todo || got.Reason != "fails identically compiled out" {
+		t.Errorf("test 2 parsed as %+v", got)
+	}
+	if err := r.Err(); err != nil {
+		t.Errorf("a TODO failure counted: %v", err)
+	}
+	if pass, fail, skip := r.Counts(); pass != 1 || fail != 0 || skip != 1 {
+		t.Errorf("counts %d/%d/%d, want 1/0/1", pass, fail, skip)
+	}
+}
+
+func TestIsStatic(t *testing.T) {
+	if isStatic("/nonexistent") {
+		t.Error("a missing file reported static")
+	}
+	if _, err := os.Stat("/bin/busybox"); err == nil && Missing() == "" {
+		// scripts/setup installs busybox-static; mkinitramfs.sh relies on it
+		if !isStatic("/bin/busybox") {
+			t.Error("/bin/busybox (busybox-static) reported dynamic")
+		}
 	}
 }
