@@ -119,7 +119,7 @@ func newBenchCompareCmd() *cobra.Command {
 		Use:   "compare",
 		Short: "Vanilla vs a priority lane for the high-priority flow, idle and busy, in one run",
 		Long: `Runs the high-priority request/response flow over the overlay (ctrA -> ctrB)
-in two modes on the same testbed, repetition by repetition:
+in each --modes mode on the same testbed, repetition by repetition:
 
   vanilla  the kernel's normal receive path
   lanes-sync   a priority lane (rxlane lanes, sync mode) for the flow's
@@ -137,8 +137,14 @@ table (medians over repetitions, ranges), background delivered, receive CPU
 busy %, packets delivered via the lane, and the goals of issue #4 with the
 measured value of each. --plot draws the CDFs like PRISM's Fig. 9.
 
+--app-sched nice runs the echo server and the prober at nice -20 in every
+mode: on this testbed they share a CPU with the background generator, and
+at normal priority their own wake-up wait behind the generator is a large
+part of the busy p99 (docs/lanes.md).
+
 Examples:
   rxlane bench compare
+  rxlane bench compare --app-sched nice --modes vanilla,lanes-queue
   rxlane bench compare --bg-rates 150k --reps 5 --plot out/compare.svg`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
