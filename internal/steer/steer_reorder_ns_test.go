@@ -330,6 +330,16 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP boo
 	}
 	defer halt()
 
+	var phase int32
+	disableStep = func(s string) {
+		switch s {
+		case "rps":
+			u.phase.Store(phase + 3000)
+		case "detach":
+			u.phase.Store(phase + 4000)
+		}
+	}
+	defer func() { disableStep = func(string) {} }()
 	state := filepath.Join(t.TempDir(), "steer.json")
 	defer func() {
 		if err := Disable(state); err != nil {
@@ -337,7 +347,6 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP boo
 		}
 	}()
 	// Every step lasts a bounded time under traffic.
-	var phase int32
 	step := func() {
 		phase++
 		u.phase.Store(phase)
@@ -346,6 +355,7 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP boo
 	step()
 	for round := range 3 {
 		o.Netns, o.CPUs, o.Threshold, o.AvgThreshold, o.Hysteresis, o.StateFile = tb.NS(testbed.HostB), []int{0, 1}, 0.85, 0.85, 0.1, state
+		u.phase.Store(phase + 1000) // while Enable runs
 		if _, err := Enable(o); err != nil {
 			t.Fatal(err)
 		}
@@ -390,6 +400,7 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP boo
 				}
 			}
 		}
+		u.phase.Store(phase + 2000) // while Disable runs
 		if err := Disable(state); err != nil {
 			t.Fatal(err)
 		}
