@@ -245,7 +245,7 @@ type CPULoad struct {
 type Status struct {
 	Enabled bool `json:"enabled"`
 	// On is false while the set's average load is above the global
-	// threshold (every stage stays on its current CPU).
+	// threshold (flows direct: every stage where it runs unsteered).
 	On     bool `json:"on"`
 	Static bool `json:"static"`
 	// AvgLoad is the mean published load of the CPU set.
