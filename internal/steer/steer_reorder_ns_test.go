@@ -259,7 +259,7 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 		heavyTCP bool
 		vanilla  bool // control: the same traffic, never steered
 		// tcpGap: TCP reordering is logged, not asserted (docs/steer.md,
-		// "Not done": with the cpumap first stage 5 of 22 runs queued
+		// "Not done": with the cpumap first stage 5 of 30 runs queued
 		// 1-12 TCP segments out of order, during second-choice switches
 		// of the tc stages; UDP is still asserted).
 		tcpGap bool
@@ -269,6 +269,9 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 		{"guard-heavy-tcp", Options{}, true, true, false, false},
 		{"no-guard", Options{NoGuard: true}, false, false, false, false},
 		{"vanilla-heavy-tcp", Options{}, false, true, true, false},
+		// enabled with cpumap once, never switched: does cpumap alone
+		// reorder TCP? (logged only)
+		{"cpumap-fixed", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, false, false, true, false},
 	} {
 		name, guard := tc.name, tc.strict
 		t.Run(name, func(t *testing.T) {
@@ -389,6 +392,14 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		time.Sleep(150 * time.Millisecond) // traffic runs meanwhile; not synchronisation
 	}
 	step()
+	if vanilla && o.FirstStage != "" {
+		// Control for the cpumap variant: enabled once, loads never
+		// published, so no stage ever changes CPU after enable.
+		o.Netns, o.CPUs, o.Threshold, o.AvgThreshold, o.Hysteresis, o.StateFile = tb.NS(testbed.HostB), []int{0, 1}, 0.85, 0.85, 0.1, state
+		if _, err := Enable(o); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for round := range 3 {
 		if vanilla {
 			for range 10 {
