@@ -235,14 +235,19 @@ int steer_ingress(struct __sk_buff *skb)
 	__u32 h1 = hash32(fh + stage);
 	__u32 idx = h1 % n;
 	__u32 reason;
+	__u32 cur = bpf_get_smp_processor_id();
+	bool entry = dev->flags & STEER_DEV_ENTRY;
+	/* Off at the entry means direct: hash 0, no RPS at the next devices,
+	 * every stage where it runs without steering. */
+	bool direct = false;
 	if (dev->flags & STEER_DEV_OFF) {
 		/* numbering only (first stage without tc steering): the
 		 * next device has no RPS, the hash only carries the number */
 		reason = S_STATIC;
 	} else if (!(cfg->flags & STEER_F_ON)) {
 		/* lines 10-12: the original path, this stage's CPU */
-		__u32 cur = bpf_get_smp_processor_id();
 		reason = S_OFF;
+		direct = entry;
 		for (__u32 i = 0; i < STEER_MAX_CPUS; i++) {
 			if (i >= n)
 				break;
@@ -267,38 +272,6 @@ int steer_ingress(struct __sk_buff *skb)
 			reason = S_SECOND;
 		}
 	}
-	count(reason);
-
-	/* Number the packet (entry) or read its number (later stages). */
-	__u64 now = bpf_ktime_get_ns();
-	__u32 segs = segs_of(skb);
-	__u32 last = 0;
-	bool have = false;
-	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
-	if (dev->flags & STEER_DEV_ENTRY) {
-		if (!g) {
-			struct steer_guard ng = {.done_seq = 0xffff};
-			bpf_map_update_elem(&steer_guards, &fh, &ng, BPF_NOEXIST);
-			g = bpf_map_lookup_elem(&steer_guards, &fh);
-		}
-		if (g) {
-			__u32 first = __sync_fetch_and_add(&g->next_seq, segs);
-			last = first + segs - 1;
-			g->last_ns = now;
-			have = true;
-			/* Frames that came through steer_xdp carry its mark. */
-			void *meta = (void *)(long)skb->data_meta;
-			void *data = (void *)(long)skb->data;
-			if (meta + 4 <= data && *(__u32 *)meta == STEER_META_MAGIC)
-				__sync_fetch_and_add(&g->entry_frames, segs);
-		}
-	} else if (g) {
-		last = hash_seq(skb->hash, n);
-		have = true;
-	}
-	__u32 first = last - segs + 1;
-	/* Every packet before this one delivered (or dropped)? */
-	bool drained = have && ((g->done_seq + 1 - first) & 0xffff) == 0 && now - g->done_ns >= cfg->settle_ns;
 
 	/* A container device's ifindex lives in its own namespace: keyed
 	 * apart from the host's devices. */
@@ -310,30 +283,111 @@ int steer_ingress(struct __sk_buff *skb)
 		bpf_map_update_elem(&steer_flows, &fk, &nf, BPF_NOEXIST);
 		f = bpf_map_lookup_elem(&steer_flows, &fk);
 	}
-	__u32 use = idx;
+	__u64 now = bpf_ktime_get_ns();
+	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
+
+	/* A later stage of a packet the entry sent direct (hash 0): the
+	 * entry's switch to direct was guarded for the whole path, so this
+	 * stage follows (hash left 0: no RPS at the next device). */
+	if (!entry && skb->hash == 0) {
+		count(S_OFF);
+		if (f) {
+			__sync_fetch_and_add(&f->packets, 1);
+			__sync_fetch_and_add(&f->off, 1);
+			if (f->committed != STEER_DIRECT) {
+				if (f->committed)
+					__sync_fetch_and_add(&f->switches, 1);
+				f->committed = STEER_DIRECT;
+			}
+			f->last_ns = now;
+			f->cpu = cur;
+			f->want_cpu = cur;
+			f->reason = S_OFF;
+			f->rps_hash = 0;
+		}
+		return TC_ACT_UNSPEC;
+	}
+	count(reason);
+
+	/* Number the packet (entry) or read its number (later stages). */
+	__u32 segs = segs_of(skb);
+	__u32 last = 0;
+	bool have = false;
+	if (entry) {
+		if (!g) {
+			struct steer_guard ng = {.done_seq = 0xffff};
+			bpf_map_update_elem(&steer_guards, &fh, &ng, BPF_NOEXIST);
+			g = bpf_map_lookup_elem(&steer_guards, &fh);
+		}
+		if (g) {
+			__u32 first = __sync_fetch_and_add(&g->next_seq, segs);
+			last = first + segs - 1;
+			g->last_ns = now;
+			have = true;
+		}
+	} else if (g) {
+		last = hash_seq(skb->hash, n);
+		have = true;
+	}
+	__u32 first = last - segs + 1;
+
+	__u32 want = direct ? STEER_DIRECT : idx + 1;
+	__u32 use = want;
 	if (f) {
 		__u32 old = f->committed;
-		if (old && old - 1 != idx && old <= n) {
+		if (old && old != want && (old <= n || old == STEER_DIRECT)) {
+			bool drained;
+			if (old == STEER_DIRECT && entry)
+				/* every packet sent direct was delivered */
+				drained = have && g->direct_in == g->direct_out && now - g->done_ns >= cfg->settle_ns;
+			else
+				/* every packet before this one delivered (or
+				 * dropped: a later delivery supersedes it) */
+				drained = have && ((g->done_seq + 1 - first) & 0xffff) == 0 &&
+					  now - g->done_ns >= cfg->settle_ns;
 			bool idle = cfg->idle_ms && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
 			if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
-				f->committed = idx + 1;
+				f->committed = want;
 				__sync_fetch_and_add(&f->switches, 1);
 				count(S_SWITCH);
+				/* Direct packets carry no number: their predecessors
+				 * are all delivered now, say so for later stages. */
+				if (old == STEER_DIRECT && entry && g)
+					g->done_seq = (first - 1) & 0xffff;
 			} else {
-				use = old - 1;
+				use = old;
 				__sync_fetch_and_add(&f->deferred, 1);
 				count(S_DEFERRED);
 			}
-		} else if (!old) {
-			f->committed = idx + 1;
+		} else if (!old || old > n) {
+			/* new (a direct flow starts direct: it is where the
+			 * kernel puts it) */
+			f->committed = want;
 		}
 	}
-	__u32 wh = rps_hash(use, n, last);
+	__u32 wh = 0;
+	if (use != STEER_DIRECT) {
+		use -= 1;
+		wh = rps_hash(use, n, last);
+	} else if (g) {
+		__sync_fetch_and_add(&g->direct_in, segs);
+	}
+	if (entry && g) {
+		g->direct = use == STEER_DIRECT;
+		/* Frames that came through steer_xdp carry its mark; counted
+		 * last, so steer_xdp's guard sees this frame in flight until
+		 * the direct count and flag above are written. */
+		void *meta = (void *)(long)skb->data_meta;
+		void *data = (void *)(long)skb->data;
+		if (meta + 4 <= data && *(__u32 *)meta == STEER_META_MAGIC)
+			__sync_fetch_and_add(&g->entry_frames, segs);
+	}
 	bpf_set_hash(skb, wh);
 
 	if (f) {
+		__u32 ci = direct ? 0 : idx;
 		struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &use);
-		struct steer_cpu *w = bpf_map_lookup_elem(&steer_cpus, &idx);
+		struct steer_cpu *w = bpf_map_lookup_elem(&steer_cpus, &ci);
 		__sync_fetch_and_add(&f->packets, 1);
 		if (reason == S_SECOND)
 			__sync_fetch_and_add(&f->second, 1);
@@ -342,8 +396,8 @@ int steer_ingress(struct __sk_buff *skb)
 		else
 			__sync_fetch_and_add(&f->first, 1);
 		f->last_ns = now;
-		f->cpu = c ? c->cpu : 0;
-		f->want_cpu = w ? w->cpu : 0;
+		f->cpu = wh == 0 ? cur : (c ? c->cpu : 0);
+		f->want_cpu = direct ? cur : (w ? w->cpu : 0);
 		f->reason = reason;
 		f->rps_hash = wh;
 	}
@@ -367,7 +421,11 @@ int steer_done(struct __sk_buff *skb)
 	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
 	if (!g)
 		return TC_ACT_UNSPEC;
-	g->done_seq = hash_seq(skb->hash, cfg->n_cpus);
+	if (skb->hash == 0)
+		/* sent direct by the entry: counted, it carries no number */
+		__sync_fetch_and_add(&g->direct_out, segs_of(skb));
+	else
+		g->done_seq = hash_seq(skb->hash, cfg->n_cpus);
 	g->done_ns = bpf_ktime_get_ns();
 	g->done_cpu = bpf_get_smp_processor_id();
 	count(S_DONE);
@@ -421,8 +479,12 @@ int steer_xdp(struct xdp_md *ctx)
 	__u32 use = want, val = want == STEER_PASS ? STEER_PASS : want + 1;
 	__u32 old = f->committed;
 	if (old && old != val) {
-		bool drained = ((g->next_seq - 1 - g->done_seq) & 0xffff) == 0 && g->xdp_frames == g->entry_frames &&
-			       now - g->done_ns >= cfg->settle_ns;
+		/* Every frame that passed here reached the entry, and every
+		 * packet the entry numbered (or sent direct, without a
+		 * number) was delivered. */
+		bool numbered = ((g->next_seq - 1 - g->done_seq) & 0xffff) == 0;
+		bool drained = g->xdp_frames == g->entry_frames && g->direct_in == g->direct_out &&
+			       (g->direct || numbered) && now - g->done_ns >= cfg->settle_ns;
 		bool idle = cfg->idle_ms && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
 		if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
 			f->committed = val;

@@ -22,6 +22,10 @@
 #define STEER_STAGE_CTR 0x40000000U /* ... of a container device's stage: | ifindex */
 #define STEER_STAGE_XDP 0x80000000U /* steer_flow_key.stage_id of the XDP stage: | ifindex */
 #define STEER_PASS 0xffff /* steer_flow.committed of the XDP stage: XDP_PASS */
+/* steer_flow.committed of a tc stage that is off: the packet's hash is 0,
+ * so the next device's RPS is skipped and the stage runs where it runs
+ * without steering (vanilla: no RPS-to-self backlog hop). */
+#define STEER_DIRECT 0xfffe
 
 
 /* steer_dev.flags. Go: devByMAC */
@@ -107,7 +111,12 @@ struct steer_guard {
 	__u32 xdp_frames;
 	__u32 entry_frames;
 	__u32 done_cpu; /* CPU of the last delivery (the last stage's CPU) */
-	__u32 pad;
+	/* Packets (GRO segments) the entry sent direct (hash 0: they carry
+	 * no number) and how many of them the done hook saw. The flow leaves
+	 * direct only when they are equal: none is still queued. */
+	__u32 direct_in;
+	__u32 direct_out;
+	__u32 direct; /* 1: the entry sends the flow direct now */
 };
 
 /* Value of the cpumap. */

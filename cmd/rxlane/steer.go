@@ -223,7 +223,7 @@ func printSteerStatus(w io.Writer, st steer.Status) error {
 	}
 	state := "on"
 	if !st.On {
-		state = "off by load (stages stay on their current CPU)"
+		state = "off by load (flows direct: the unsteered path, no RPS hop)"
 	}
 	fmt.Fprintf(tw, "steering\t%s, %s\n", state, mode)
 	if st.State != nil {

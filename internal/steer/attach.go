@@ -593,6 +593,9 @@ var DrainTimeout = 2 * time.Second
 // DrainTimeouts counts disables that gave up waiting for the drain.
 var DrainTimeouts atomic.Int64
 
+// disableStep, if set (tests), is told each step of disable as it starts.
+var disableStep = func(string) {}
+
 func disable(st *State) error {
 	var errs []error
 	// Off first and wait until every active flow's stages are back on the
@@ -606,7 +609,9 @@ func disable(st *State) error {
 		}
 		m.Close()
 	}
+	disableStep("rps")
 	errs = append(errs, restoreRPS(st.RPS))
+	disableStep("detach")
 	if fs := st.FirstStage; fs != nil && fs.XDPProgID != 0 {
 		errs = append(errs, detachXDP(st.Netns, fs.Device, fs.XDPProgID))
 	}

@@ -211,7 +211,9 @@ func TestProgramWritesRPSHash(t *testing.T) {
 	run(vxFrame(5001))
 	check("static", 5001, vxIdx, ChoiceInput{On: true, Static: true})
 
-	// Off: the current CPU's position.
+	// Off: the stage stays on the current CPU (Go's rule); the entry
+	// makes it direct: hash 0, so the next device's RPS is skipped and the
+	// stage runs where it runs unsteered, without an RPS-to-self hop.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var set unix.CPUSet
@@ -219,18 +221,27 @@ func TestProgramWritesRPSHash(t *testing.T) {
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		t.Fatal(err)
 	}
+	if idx, r := Choose(ChoiceInput{FlowHash: 1, Stage: vxIdx, CPUs: cpus, Loads: loads, On: false, CurrentCPU: 0}); cpus[idx] != 0 || r != ReasonOff {
+		t.Fatalf("Go chose position %d (%v) when off, want the current CPU 0", idx, r)
+	}
 	setup(flagDynamic, true)
 	run(vxFrame(5002))
-	check("off", 5002, vxIdx, ChoiceInput{On: false, CurrentCPU: 0})
+	if f := flow(5002, vxIdx); f.RPSHash != 0 || f.Committed != committedDirect || f.CPU != 0 || f.WantCPU != 0 || Reason(f.Reason) != ReasonOff {
+		t.Fatalf("off: hash %#x committed %#x cpu %d want %d %v; want hash 0, direct, CPU 0, off", f.RPSHash, f.Committed, f.CPU, f.WantCPU, Reason(f.Reason))
+	}
 
 	// Decapsulated (vxlan device's ingress): the next stage is the
-	// container device found by inner destination MAC.
+	// container device found by inner destination MAC. A test run's skb
+	// has hash 0, which at a later stage means the entry sent the packet
+	// direct: the stage follows (stays direct, hash 0), whatever the rule.
 	for i := range loads {
 		loads[i] = 0
 	}
 	setup(flagOn|flagDynamic|flagExcludeFirst, false)
 	run(inner(6000, 17))
-	check("by mac", 6000, ctIdx, ChoiceInput{On: true})
+	if f := flow(6000, ctIdx); f.RPSHash != 0 || f.Committed != committedDirect || Reason(f.Reason) != ReasonOff || f.Packets != 1 {
+		t.Fatalf("by mac, direct: hash %#x committed %#x %v packets %d; want hash 0, direct, off, 1", f.RPSHash, f.Committed, Reason(f.Reason), f.Packets)
+	}
 
 	// Not understood: counted, hash untouched.
 	before := counters(t, o.SteerCounters)
@@ -376,4 +387,111 @@ func counters(t *testing.T, m *ebpf.Map) [numReasons]uint64 {
 		}
 	}
 	return out
+}
+
+// TestGuardOffGoesDirect: with steering off the entry sends a flow direct
+// (hash 0: no RPS hop at the next devices, the path of an unsteered
+// packet) only once every earlier numbered packet was delivered, and
+// back to a steered CPU only once the done hook saw every packet it sent
+// direct (they carry no number: counted). Leaving direct tells later
+// stages that everything before was delivered.
+func TestGuardOffGoesDirect(t *testing.T) {
+	requireBPF(t)
+	var o steerObjects
+	if err := loadSteerObjects(&o, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	const wireIdx, vxIdx, n = 1, 5, 4
+	if err := o.SteerDevs.Put(uint32(wireIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	on := func(on bool) {
+		t.Helper()
+		c := steerConfig{NCPUs: n, Threshold: 850, Flags: flagDynamic | flagExcludeFirst, VxlanPort: 4789}
+		if on {
+			c.Flags |= flagOn
+		}
+		if err := o.SteerConfig.Put(uint32(0), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const sport = 5000
+	fh := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
+	first, _ := Choose(ChoiceInput{FlowHash: fh, Stage: vxIdx, CPUs: []int{0, 1, 2, 3}, Loads: make([]float64, n), Threshold: 0.85, On: true, ExcludeFirst: true})
+	send := func() flowEntry {
+		t.Helper()
+		if _, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: vxFrameFor(sport)}); err != nil {
+			t.Fatal(err)
+		}
+		var f flowEntry
+		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: vxIdx}, &f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	guard := func() guardEntry {
+		t.Helper()
+		var g guardEntry
+		if err := o.SteerGuards.Lookup(fh, &g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	deliver := func(seq uint32) {
+		t.Helper()
+		g := guard()
+		g.DoneSeq = seq
+		if err := o.SteerGuards.Put(fh, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// steer_done on the inner frame: a test run's skb has hash 0, i.e. a
+	// packet the entry sent direct.
+	deliverDirect := func() {
+		t.Helper()
+		if _, err := o.SteerDone.Run(&ebpf.RunOptions{Data: inner(sport, 17)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steered := func(f flowEntry, seq uint32, deferred, switches uint64) {
+		t.Helper()
+		if f.RPSHash == 0 || RPSIndex(f.RPSHash, n) != first || HashSeq(f.RPSHash, n) != seq || f.Deferred != deferred || f.Switches != switches {
+			t.Fatalf("hash %#x (position %d seq %d) deferred %d switches %d; want position %d seq %d deferred %d switches %d",
+				f.RPSHash, RPSIndex(f.RPSHash, n), HashSeq(f.RPSHash, n), f.Deferred, f.Switches, first, seq, deferred, switches)
+		}
+	}
+	direct := func(f flowEntry, deferred, switches uint64, in, out uint32) {
+		t.Helper()
+		g := guard()
+		if f.RPSHash != 0 || f.Committed != committedDirect || f.Deferred != deferred || f.Switches != switches || g.DirectIn != in || g.DirectOut != out || g.Direct != 1 {
+			t.Fatalf("hash %#x committed %#x deferred %d switches %d, direct in %d out %d flag %d; want hash 0, direct, %d, %d, %d, %d, 1",
+				f.RPSHash, f.Committed, f.Deferred, f.Switches, g.DirectIn, g.DirectOut, g.Direct, deferred, switches, in, out)
+		}
+	}
+
+	on(true)
+	steered(send(), 0, 0, 0) // packet 0 steered, committed
+	on(false)
+	steered(send(), 1, 1, 0) // 0 in flight: 1 stays steered
+	deliver(1)
+	direct(send(), 1, 1, 1, 0) // 0 and 1 delivered: 2 goes direct
+	direct(send(), 1, 1, 2, 0)
+	on(true)
+	direct(send(), 2, 1, 3, 0) // direct packets in flight: 4 stays direct
+	deliverDirect()
+	deliverDirect()
+	direct(send(), 3, 1, 4, 2) // 2 of 4 seen
+	deliverDirect()
+	deliverDirect()
+	f := send() // all 4 delivered: 6 is steered again
+	steered(f, 6, 3, 2)
+	if g := guard(); g.DoneSeq != 5 || g.Direct != 0 {
+		t.Fatalf("after leaving direct: done_seq %d direct %d, want 5 (everything before 6 delivered) and 0", g.DoneSeq, g.Direct)
+	}
 }

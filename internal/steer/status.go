@@ -128,9 +128,14 @@ func monotonicNs() uint64 {
 // activeWindow: a flow-stage with a packet this recent is active.
 const activeWindow = 200 * time.Millisecond
 
-// drained reports whether every active flow-stage's last packet was
-// steered off (to the CPU it was on) and ran where the rule wanted.
-func drained(m *steerMaps) (bool, error) {
+// drained reports whether every flow-stage active since off (a packet
+// after the monotonic time offAt, or still within activeWindow) had its
+// last packet after offAt and is back where it runs without steering: a
+// tc stage direct (committed STEER_DIRECT: hash 0, the next device's RPS
+// skipped, no backlog hop left, so rps_cpus can go), the XDP stage passing
+// to the stack on the polling CPU, a numbering-only entry (--stages none)
+// unchanged.
+func drained(m *steerMaps, offAt uint64) (bool, error) {
 	now := monotonicNs()
 	var k flowKey
 	var f flowEntry
@@ -139,8 +144,19 @@ func drained(m *steerMaps) (bool, error) {
 		if now-f.LastNs > uint64(activeWindow) {
 			continue
 		}
-		if Reason(f.Reason) != ReasonOff || f.CPU != f.WantCPU {
-			return false, nil
+		if f.LastNs < offAt {
+			return false, nil // no packet since off yet
+		}
+		switch {
+		case k.StageID&stageXDP != 0:
+			if Reason(f.Reason) != ReasonOff || f.CPU != f.WantCPU {
+				return false, nil
+			}
+		case Reason(f.Reason) == ReasonStatic: // numbering only
+		default:
+			if Reason(f.Reason) != ReasonOff || f.Committed != committedDirect {
+				return false, nil
+			}
 		}
 	}
 	return true, it.Err()
@@ -148,9 +164,10 @@ func drained(m *steerMaps) (bool, error) {
 
 // waitDrained polls drained until it holds or timeout passes.
 func waitDrained(m *steerMaps, timeout time.Duration) bool {
+	offAt := monotonicNs()
 	deadline := time.Now().Add(timeout)
 	for {
-		ok, err := drained(m)
+		ok, err := drained(m, offAt)
 		if ok || err != nil || time.Now().After(deadline) {
 			return ok
 		}
@@ -228,7 +245,7 @@ type CPULoad struct {
 type Status struct {
 	Enabled bool `json:"enabled"`
 	// On is false while the set's average load is above the global
-	// threshold (every stage stays on its current CPU).
+	// threshold (flows direct: every stage where it runs unsteered).
 	On     bool `json:"on"`
 	Static bool `json:"static"`
 	// AvgLoad is the mean published load of the CPU set.

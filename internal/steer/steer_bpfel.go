@@ -83,7 +83,9 @@ type steerSteerGuard struct {
 	XdpFrames   uint32
 	EntryFrames uint32
 	DoneCpu     uint32
-	Pad         uint32
+	DirectIn    uint32
+	DirectOut   uint32
+	Direct      uint32
 }
 
 // Names of all BPF objects in the ELF.

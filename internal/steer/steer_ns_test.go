@@ -221,7 +221,7 @@ func TestSteerOnTestbed(t *testing.T) {
 			if stage == "vxlan" {
 				wantPkts = 2 * n
 			}
-			onCPU0 := func(name string, want bool, loads map[int]float64, on bool) {
+			onCPU0 := func(name string, want bool, loads map[int]float64, on bool) map[int]float64 {
 				t.Helper()
 				if err := Loads(state, loads, on); err != nil {
 					t.Fatal(err)
@@ -237,10 +237,11 @@ func TestSteerOnTestbed(t *testing.T) {
 				if !want && got[0] >= n/2 {
 					t.Errorf("%s: CPU 0 backlog ran %v packets, want (almost) none", name, got[0])
 				}
+				return got
 			}
 			onCPU0("first choice", true, map[int]float64{0: 0.1, 1: 0.1}, true)
 			onCPU0("second choice", false, map[int]float64{0: 0.95, 1: 0.1}, true)
-			onCPU0("off", false, map[int]float64{0: 0.1, 1: 0.1}, false)
+			off := onCPU0("off", false, map[int]float64{0: 0.1, 1: 0.1}, false)
 			st, err := ReadStatus(state)
 			if err != nil {
 				t.Fatal(err)
@@ -254,6 +255,14 @@ func TestSteerOnTestbed(t *testing.T) {
 			onCPU0Disabled := backlogPackets(t, tb, func() { sendSeq(t, tx, rx, "198.19.0.2:7000", n, 1) })
 			if onCPU0Disabled[0] >= n/2 {
 				t.Errorf("disabled: CPU 0 backlog ran %v packets", onCPU0Disabled[0])
+			}
+			// Off is the unsteered path: the entry sends the flow direct
+			// (hash 0), so the steered device's RPS adds no backlog hop
+			// to its own CPU (with an RPS-to-self hop the vxlan stage
+			// ran n more backlog packets than unsteered).
+			t.Logf("%s/disabled: backlog packets per CPU %v", stage, onCPU0Disabled)
+			if d := off[0] + off[1] - onCPU0Disabled[0] - onCPU0Disabled[1]; d > 10 || d < -10 {
+				t.Errorf("off ran %v backlog packets, unsteered %v: off is not the unsteered path", off, onCPU0Disabled)
 			}
 			if b, c := snapshot(t, tb, testbed.HostB), snapshot(t, tb, testbed.CtrB); b != beforeB || c != beforeC {
 				t.Errorf("kernel state differs after disable:\nhostB before %s\nafter %s\nctrB before %s\nafter %s", beforeB, b, beforeC, c)

@@ -17,6 +17,9 @@ const (
 	stageXDP = 1 << 31
 	// stageCtr marks a container device's stage (STEER_STAGE_CTR).
 	stageCtr = 1 << 30
+	// committedDirect is flowEntry.Committed of a tc stage that is off
+	// (STEER_DIRECT): hash 0, the next device's RPS skipped.
+	committedDirect = 0xfffe
 )
 
 // steerConfig is struct steer_cfg.
@@ -100,7 +103,12 @@ type guardEntry struct {
 	XDPFrames   uint32
 	EntryFrames uint32
 	DoneCPU     uint32
-	Pad         uint32
+	// DirectIn, DirectOut: packets the entry sent direct (hash 0, no
+	// number) and those of them the done hook saw; Direct: the entry
+	// sends the flow direct now.
+	DirectIn  uint32
+	DirectOut uint32
+	Direct    uint32
 }
 
 // permille converts a 0..1 load to the kernel's integer scale.
