@@ -191,7 +191,16 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 					return err
 				}
 			}
-			return applyPolicy(m, tables)
+			if err := applyPolicy(m, tables); err != nil {
+				return err
+			}
+			// A re-enable decides --force anew; later syncs keep it.
+			st, err := loadState(o.StateFile)
+			if err != nil || st == nil || st.Force == o.Force {
+				return err
+			}
+			st.Force = o.Force
+			return saveState(o.StateFile, st)
 		}
 		objs, err := loadObjects(o.TrustOuterCsum)
 		if err != nil {
