@@ -226,7 +226,7 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 			if f.json {
 				return writeJSON(cmd.OutOrStdout(), topo)
 			}
-			printTopology(cmd.OutOrStdout(), topo, force)
+			printTopology(cmd.OutOrStdout(), topo)
 			return nil
 		},
 	}
@@ -237,7 +237,7 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 	return cmd
 }
 
-func printTopology(w io.Writer, t datapath.Topology, force bool) {
+func printTopology(w io.Writer, t datapath.Topology) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TUNNEL\tVNI\tPORT\tMODE\tUNDERLAY\tPEERS")
 	for _, tn := range t.Tunnels {
@@ -256,7 +256,7 @@ func printTopology(w io.Writer, t datapath.Topology, force bool) {
 	fmt.Fprintln(tw, "\nENDPOINT\tVNI\tMAC\tIP\tSERVED")
 	for _, e := range t.Endpoints {
 		served := "yes"
-		if e.Skip != "" && !force {
+		if e.Skip != "" && !t.Forced {
 			served = "no: " + e.Skip + " (--force to override)"
 		} else if e.Skip != "" {
 			served = "yes (forced: " + e.Skip + ")"
@@ -302,7 +302,7 @@ func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
 			if f.json {
 				return writeJSON(cmd.OutOrStdout(), topo)
 			}
-			printTopology(cmd.OutOrStdout(), topo, topo.Forced)
+			printTopology(cmd.OutOrStdout(), topo)
 			return nil
 		},
 	}

@@ -34,12 +34,11 @@ func setSched(class string) error {
 }
 
 // schedAll puts every thread of process pid under policy with nice value
-// nice (SCHED_IDLE for the background generator, SCHED_NORMAL at nice
-// -20 for the measured application); threads started later inherit it
-// from their creator. The background
-// generator stands in for other machines: with SCHED_IDLE it gets only the
-// CPU time the measured applications (prober, echo server) leave, as it
-// would if it ran elsewhere. Softirq work its sends trigger is not
+// nice (SCHED_IDLE for the background generator, SCHED_NORMAL at nice -20
+// for the measured application); threads started later inherit it from
+// their creator. The background generator stands in for other machines:
+// with SCHED_IDLE it gets only the CPU time the measured applications
+// (prober, echo server) leave, as it would if it ran elsewhere. Softirq work its sends trigger is not
 // affected (softirqs have no scheduling class).
 func schedAll(pid int, policy uint32, nice int32) error {
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))

@@ -161,10 +161,12 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 	if mode == "" {
 		mode = ModeSync
 	}
-	if st, err := loadState(o.StateFile); err != nil {
+	prev, err := loadState(o.StateFile)
+	if err != nil {
 		return topo, err
-	} else if st != nil && st.Mode != "" && st.Mode != mode || st != nil && st.Mode == "" && mode != ModeSync {
-		return topo, fmt.Errorf("lanes are enabled in mode %s: disable them before enabling mode %s", cmp.Or(st.Mode, ModeSync), mode)
+	}
+	if prev != nil && prev.Mode != "" && prev.Mode != mode || prev != nil && prev.Mode == "" && mode != ModeSync {
+		return topo, fmt.Errorf("lanes are enabled in mode %s: disable them before enabling mode %s", cmp.Or(prev.Mode, ModeSync), mode)
 	}
 	err = inNetns(o.Netns, func() error {
 		topo, err = Discover()
@@ -195,12 +197,11 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 				return err
 			}
 			// A re-enable decides --force anew; later syncs keep it.
-			st, err := loadState(o.StateFile)
-			if err != nil || st == nil || st.Force == o.Force {
-				return err
+			if prev == nil || prev.Force == o.Force {
+				return nil
 			}
-			st.Force = o.Force
-			return saveState(o.StateFile, st)
+			prev.Force = o.Force
+			return saveState(o.StateFile, prev)
 		}
 		objs, err := loadObjects(o.TrustOuterCsum)
 		if err != nil {
