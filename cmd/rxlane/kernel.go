@@ -51,7 +51,8 @@ kernel itself, behind CONFIG_NET_RXLANE and default-off static keys.
                                         vs the eBPF lane, emulated timing
 
 Variants: on (compiled in, off until enabled by sysctl), off (compiled
-out), debug (on + KASAN, LOCKDEP, DEBUG_LIST), vanilla (no patches).
+out), debug (on + KASAN, LOCKDEP, DEBUG_LIST), debug-off (off + the same
+checkers), vanilla (no patches).
 Builds are cached in $RXLANE_KERNEL_CACHE (default /var/cache/rxlane/kernel)
 with ccache and serialised on /tmp/rxlane-cpu.lock. Needs the packages
 scripts/setup installs. See docs/kernel.md.`,
@@ -89,7 +90,7 @@ func newKernelBuildCmd(f *kernelFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | vanilla")
+	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | debug-off | vanilla")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	return cmd
 }
@@ -112,8 +113,13 @@ selftests), boots it under QEMU with software emulation once per suite:
              GSO and GRO selftests (tools/testing/selftests/net of the same
              tree), unchanged; one TAP line per script
 
-Exits non-zero if any variant fails, the guest crashes, or a boot does not
-finish within --timeout.`,
+After each suite the guest greps its whole kernel log for the reports of
+the kernel's checkers (KASAN, lockdep, DEBUG_LIST, RCU, WARN_ON, oops,
+stalls); any such line fails the run, on every variant. --variant debug
+builds those checkers in (about 6 min cold, several minutes per boot).
+
+Exits non-zero if any variant fails, the kernel logs a checker report, the
+guest crashes, or a boot does not finish within --timeout.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
@@ -146,7 +152,17 @@ finish within --timeout.`,
 					runs = append(runs, run)
 					if !f.json && run.Suite != "" {
 						pass, fail, skip := run.TAP.Counts()
-						fmt.Fprintf(cmd.OutOrStdout(), "%-8s %-9s %3d passed %3d failed %3d skipped  (guest %.1fs)\n", v, run.Suite, pass, fail, skip, run.Duration.Seconds())
+						klog := "kernel log clean"
+						switch {
+						case len(run.TAP.KernelReports) > 0:
+							klog = fmt.Sprintf("kernel log: %d checker report lines", len(run.TAP.KernelReports))
+						case !run.TAP.KernelChecked:
+							klog = "kernel log not checked"
+						}
+						fmt.Fprintf(cmd.OutOrStdout(), "%-8s %-9s %3d passed %3d failed %3d skipped  %s  (guest %.1fs)\n", v, run.Suite, pass, fail, skip, klog, run.Duration.Seconds())
+						for _, l := range run.TAP.KernelReports {
+							fmt.Fprintf(cmd.OutOrStdout(), "                   kernel: %s\n", l)
+						}
 						for _, t := range run.TAP.Tests {
 							switch {
 							case t.Todo:
@@ -169,7 +185,7 @@ finish within --timeout.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&variants, "variant", []string{"off", "on"}, "variants to test, comma separated (on, off, debug, vanilla)")
+	cmd.Flags().StringSliceVar(&variants, "variant", []string{"off", "on"}, "variants to test, comma separated (on, off, debug, debug-off, vanilla)")
 	cmd.Flags().StringSliceVar(&suites, "suite", []string{kernel.SuiteRxlane, kernel.SuiteUpstream}, "suites to run, comma separated (rxlane, upstream)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "limit for each guest boot + selftest")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the TAP results as JSON")
@@ -193,7 +209,7 @@ func newKernelBootCmd(f *kernelFlags) *cobra.Command {
 			return kernel.Shell(cmd.Context(), o, os.Stdin, os.Stdout)
 		},
 	}
-	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | vanilla")
+	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | debug-off | vanilla")
 	return cmd
 }
 

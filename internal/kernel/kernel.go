@@ -20,13 +20,13 @@ import (
 )
 
 // Variants the build script knows.
-var Variants = []string{"on", "off", "debug", "vanilla"}
+var Variants = []string{"on", "off", "debug", "debug-off", "vanilla"}
 
 // Options select what to build and where.
 type Options struct {
 	Dir     string    // the repository's kernel/ directory; found from the working directory if empty
 	Cache   string    // build cache; $RXLANE_KERNEL_CACHE or /var/cache/rxlane/kernel if empty
-	Variant string    // on | off | debug | vanilla
+	Variant string    // on | off | debug | debug-off | vanilla
 	Log     io.Writer // build progress and guest console; discarded if nil
 }
 

@@ -26,12 +26,23 @@ type TAPResult struct {
 	Bailout  string    `json:"bailout,omitempty"` // "Bail out!" reason
 	ExitCode int       `json:"exit_code"`         // from "rxlane-selftest-exit=N"; -1 if absent
 	Diag     []string  `json:"diagnostics,omitempty"`
+	// KernelChecked: the guest grepped its kernel log for the checkers'
+	// reports after the suite ("rxlane-kernel-reports=N" seen);
+	// KernelReports are the lines it found (KASAN, lockdep, DEBUG_LIST,
+	// RCU, WARN_ON, oops). Any report fails the run.
+	KernelChecked bool     `json:"kernel_checked"`
+	KernelReports []string `json:"kernel_reports,omitempty"`
 }
 
 var (
 	tapLine  = regexp.MustCompile(`^(not )?ok (\d+)(?: -)? ?([^#]*?)\s*(?:#\s*(.*))?$`)
 	planLine = regexp.MustCompile(`^1\.\.(\d+)`)
 	exitLine = regexp.MustCompile(`rxlane-selftest-exit=(\d+)`)
+)
+
+const (
+	reportPrefix = "rxlane-kernel-report: "
+	reportsCount = "rxlane-kernel-reports="
 )
 
 // ParseTAP reads a guest console log and extracts the selftest's TAP
@@ -60,6 +71,10 @@ func ParseTAP(r io.Reader) (TAPResult, error) {
 			res.Plan, _ = strconv.Atoi(planLine.FindStringSubmatch(line)[1])
 		case strings.HasPrefix(line, "Bail out!"):
 			res.Bailout = strings.TrimSpace(strings.TrimPrefix(line, "Bail out!"))
+		case strings.HasPrefix(line, reportPrefix):
+			res.KernelReports = append(res.KernelReports, strings.TrimPrefix(line, reportPrefix))
+		case strings.HasPrefix(line, reportsCount):
+			res.KernelChecked = true
 		case exitLine.MatchString(line):
 			res.ExitCode, _ = strconv.Atoi(exitLine.FindStringSubmatch(line)[1])
 		case strings.HasPrefix(line, "# "):
@@ -101,6 +116,21 @@ func (r TAPResult) Err() error {
 	}
 	if r.ExitCode != 0 {
 		return fmt.Errorf("selftest exit status %d", r.ExitCode)
+	}
+	return r.KernelErr()
+}
+
+// KernelErr says whether the guest's kernel log was checked and clean.
+func (r TAPResult) KernelErr() error {
+	switch {
+	case len(r.KernelReports) > 0:
+		first := r.KernelReports
+		if len(first) > 5 {
+			first = first[:5]
+		}
+		return fmt.Errorf("the guest kernel logged %d checker report line(s) (KASAN, lockdep, list, RCU, WARN or oops): %s", len(r.KernelReports), strings.Join(first, " | "))
+	case !r.KernelChecked:
+		return fmt.Errorf("the guest did not report its kernel log check (rxlane-kernel-reports= missing: old initramfs?)")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,7 @@ not ok 2 - PRISM-batch one-stage priority # received=501 high_index=500 inorder=
 ok 3 - FALCON offline CPU # SKIP no CPU hotplug
 ok 4 softnet_stat keeps its format
 1..4
+rxlane-kernel-reports=0
 rxlane-selftest-exit=1
 [    9.1] reboot: Power down
 `
@@ -54,6 +56,8 @@ func TestTAPIncomplete(t *testing.T) {
 		"ok 1 - a\n1..2\nrxlane-selftest-exit=0\n": "planned 2",
 		"Bail out! topology setup failed\n":        "bailed out",
 		"ok 1 - a\n1..1\n":                         "exit status -1",
+		"ok 1 - a\n1..1\nrxlane-selftest-exit=0\n": "kernel log check",
+		"ok 1 - a\n1..1\nrxlane-kernel-report: BUG: KASAN: slab-use-after-free in gro_cell_poll+0x1a/0x90\nrxlane-kernel-reports=1\nrxlane-selftest-exit=0\n": "BUG: KASAN: slab-use-after-free",
 	}
 	for console, want := range cases {
 		r, err := ParseTAP(strings.NewReader(console))
@@ -64,7 +68,7 @@ func TestTAPIncomplete(t *testing.T) {
 			t.Errorf("console %q: Err() = %v, want %q", console, err, want)
 		}
 	}
-	r, _ := ParseTAP(strings.NewReader("ok 1 - a\n1..1\nrxlane-selftest-exit=0\n"))
+	r, _ := ParseTAP(strings.NewReader("ok 1 - a\n1..1\nrxlane-kernel-reports=0\nrxlane-selftest-exit=0\n"))
 	if err := r.Err(); err != nil {
 		t.Errorf("passing run: %v", err)
 	}
@@ -88,7 +92,7 @@ func TestOptionsRejectUnknownVariant(t *testing.T) {
 }
 
 func TestTAPKnownFailure(t *testing.T) {
-	r, err := ParseTAP(strings.NewReader("ok 1 - net/veth.sh\nnot ok 2 - net/gro.sh # TODO fails identically compiled out\n1..2\nrxlane-selftest-exit=0\n"))
+	r, err := ParseTAP(strings.NewReader("ok 1 - net/veth.sh\nnot ok 2 - net/gro.sh # TODO fails identically compiled out\n1..2\nrxlane-kernel-reports=0\nrxlane-selftest-exit=0\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +115,56 @@ func TestIsStatic(t *testing.T) {
 		// scripts/setup installs busybox-static; mkinitramfs.sh relies on it
 		if !isStatic("/bin/busybox") {
 			t.Error("/bin/busybox (busybox-static) reported dynamic")
+		}
+	}
+}
+
+// TestKernelCheckPattern applies the guest's grep pattern (kernel/selftest/init,
+// kernel_check) to real report lines of the kernel's checkers and to lines
+// a clean debug boot prints.
+func TestKernelCheckPattern(t *testing.T) {
+	b, err := os.ReadFile("../../kernel/selftest/init")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`dmesg \| grep -E '([^']+)'`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("kernel_check's grep -E pattern not found in kernel/selftest/init")
+	}
+	re := regexp.MustCompile(string(m[1]))
+	reports := []string{
+		"BUG: KASAN: slab-use-after-free in gro_cell_poll+0x1a/0x90",
+		"WARNING: possible circular locking dependency detected",
+		"WARNING: inconsistent lock state",
+		"WARNING: CPU: 1 PID: 0 at net/core/dev.c:6203 net_rx_action+0x2f0/0x3c0",
+		"------------[ cut here ]------------",
+		"list_add corruption. prev->next should be next (ffff888003c0a0f8), but was 0000000000000000.",
+		"list_del corruption, ffff88800a2b1c00->next is LIST_POISON1 (dead000000000100)",
+		"BUG: sleeping function called from invalid context at mm/slab.h:742",
+		"WARNING: suspicious RCU usage",
+		"general protection fault, probably for non-canonical address 0xdffffc0000000000: 0000 [#1] SMP KASAN",
+		"kernel BUG at net/core/skbuff.c:4221!",
+		"rcu: INFO: rcu_sched self-detected stall on CPU",
+		"refcount_t: underflow; use-after-free.",
+		" Call Trace:",
+	}
+	for _, l := range reports {
+		if !re.MatchString(l) {
+			t.Errorf("checker report not caught: %q", l)
+		}
+	}
+	clean := []string{
+		"KernelAddressSanitizer initialized (generic)",
+		"Lock dependency validator: Copyright (c) 2006 Red Hat, Inc., Ingo Molnar",
+		"... MAX_LOCKDEP_SUBCLASSES:  8",
+		"rcu: Hierarchical RCU implementation.",
+		"brB: port 1(vxB) entered forwarding state",
+		"smpboot: CPU 1 is now offline",
+		"Run /init as init process",
+	}
+	for _, l := range clean {
+		if re.MatchString(l) {
+			t.Errorf("clean boot line reported: %q", l)
 		}
 	}
 }

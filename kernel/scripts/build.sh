@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Build the rxlane guest kernel: Debian's linux-source-6.1 + kernel/patches
 # (in kernel/patches/series order) + tinyconfig + kernel/config +
-# kernel/config-VARIANT. The tree, the build directories and the ccache
+# the variant's fragments (below). The tree, the build directories and the ccache
 # live in $RXLANE_KERNEL_CACHE (default /var/cache/rxlane/kernel).
 #
-# usage: build.sh VARIANT        VARIANT: on | off | debug | vanilla
+# usage: build.sh VARIANT        VARIANT: on | off | debug | debug-off | vanilla
 # prints the bzImage path on the last line of stdout.
 set -euo pipefail
 
-variant=${1:?usage: build.sh on|off|debug|vanilla}
+variant=${1:?usage: build.sh on|off|debug|debug-off|vanilla}
 here=$(cd "$(dirname "$0")/.." && pwd)            # kernel/
 cache=${RXLANE_KERNEL_CACHE:-/var/cache/rxlane/kernel}
 tarball=${RXLANE_KERNEL_TARBALL:-/usr/src/linux-source-6.1.tar.xz}
@@ -23,7 +23,7 @@ src=$cache/src
 die() { echo "kernel build: $*" >&2; exit 1; }
 log() { echo "kernel build: $*" >&2; }
 
-case $variant in on|off|debug|vanilla) ;; *) die "unknown variant '$variant' (want on, off, debug or vanilla)";; esac
+case $variant in on|off|debug|debug-off|vanilla) ;; *) die "unknown variant '$variant' (want on, off, debug, debug-off or vanilla)";; esac
 [ -r "$tarball" ] || die "$tarball not found: install the linux-source-6.1 package (scripts/setup does)"
 for t in gcc make flex bison bc git patch ccache; do
 	command -v $t >/dev/null || die "'$t' not found: run scripts/setup"
@@ -93,7 +93,11 @@ true
 out=$cache/build-$variant
 mkdir -p "$out"
 frags=("$here/config")
-[ "$variant" = vanilla ] || frags+=("$here/config-$variant")
+case $variant in
+on|off)    frags+=("$here/config-$variant");;
+debug)     frags+=("$here/config-on" "$here/config-checkers");;
+debug-off) frags+=("$here/config-off" "$here/config-checkers");;
+esac
 export KBUILD_BUILD_TIMESTAMP="rxlane" KBUILD_BUILD_USER=rxlane KBUILD_BUILD_HOST=rxlane
 export CCACHE_DIR="$cache/ccache" CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G} CCACHE_BASEDIR="$cache"
 tmpcfg=$(mktemp -d)

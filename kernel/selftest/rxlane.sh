@@ -156,7 +156,11 @@ diag "kernel $(uname -r), CONFIG_NET_RXLANE=$([ $compiled_in = 1 ] && echo y || 
 # ---- off = vanilla ------------------------------------------------------
 r=$(recv_during - 7000 100 -- NS rxl-a rxlane_probe send 10.9.0.2 7000 100)
 [ "$(echo "$r" | field received)" = 100 ] && ok "veth: 100/100 datagrams delivered" || nok "veth connectivity" "$r"
-r=$(recv_during rxl-cB 7000 100 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 100)
+# the sender is pinned: veth queues each datagram on the sending CPU's
+# backlog, so a sender that migrates mid-stream can reorder two datagrams
+# on a vanilla kernel (seen under KASAN+TCG); order is the stack's to keep
+# only per CPU
+r=$(recv_during rxl-cB 7000 100 -- taskset 1 /usr/sbin/ip netns exec rxl-cA rxlane_probe send 198.19.0.2 7000 100)
 [ "$(echo "$r" | field received)" = 100 ] && ok "vxlan+bridge overlay: 100/100 datagrams delivered in order" || nok "overlay connectivity" "$r"
 [ "$(echo "$r" | field inorder)" = 1 ] || nok "overlay order" "$r"
 check "softnet_stat keeps its format (13 hex columns per CPU)" \
@@ -182,7 +186,11 @@ check "rule add as root in init_net" rxlanectl add 10.9.0.3/32 proto 17 ports 70
 rxlanectl flush
 check "non-root cannot add rules (EPERM)" sh -c 'out=$(rxlanectl --as-uid 1000 add 10.0.0.0/8 2>&1); echo "$out"; echo "$out" | grep -q "^rxlanectl: Operation not permitted"'
 check "user-namespace root cannot add rules (EPERM)" sh -c 'out=$(rxlanectl --as-uid 1000 --userns add 10.0.0.0/8 2>&1); echo "$out"; echo "$out" | grep -q "^rxlanectl: Operation not permitted"'
-check "non-root cannot write sysctls" sh -c '! rxlanectl --as-uid 1000 sysctl-write prism_mode 1 2>/dev/null && [ "$(cat /proc/sys/net/rxlane/prism_mode)" = 0 ]'
+# sysctls: the files are 0644 and root-owned in the initial namespace, so
+# the VFS refuses a non-root opener with EACCES before the handlers' own
+# CAP_NET_ADMIN test (EPERM) is reached; the value must stay unchanged
+check "non-root cannot write sysctls (EACCES, value unchanged)" sh -c 'out=$(rxlanectl --as-uid 1000 sysctl-write prism_mode 1 2>&1); echo "$out"; echo "$out" | grep -q "Permission denied$" && [ "$(cat /proc/sys/net/rxlane/prism_mode)" = 0 ]'
+check "user-namespace root in the initial netns cannot write sysctls (EACCES, value unchanged)" sh -c 'out=$(rxlanectl --as-uid 1000 --userns-keepnet sysctl-write prism_mode 1 2>&1); echo "$out"; echo "$out" | grep -q "Permission denied$" && [ "$(cat /proc/sys/net/rxlane/prism_mode)" = 0 ]'
 check "/proc/net/rxlane is read-only" sh -c '[ "$(stat -c %a /proc/net/rxlane)" = 444 ]'
 check "sysctls exist only in the initial namespace" sh -c '! /usr/sbin/ip netns exec rxl-cB test -e /proc/sys/net/rxlane/prism_mode'
 check "invalid rule rejected (prefix too long)" sh -c '! rxlanectl add 10.0.0.0/33 2>/dev/null'
@@ -409,6 +417,7 @@ if [ -d $T/events/rxlane ] && [ $ncpu -ge 2 ]; then
 		sh -c "[ \$(awk '{print \$4}' /tmp/steer | sort -u | wc -l) -ge 2 ]"
 	check "FALCON: no CPU loaded, so every decision is a first choice" sh -c "! grep -qv 'choice=1' /tmp/steer"
 	check "FALCON: each decision equals hash % ncpu recomputed by the test" hash_ok 1
+	cp /tmp/steer /tmp/steer.first
 	# any busy CPU is "loaded": the second choice and CPU switches happen
 	sysctl_w falcon_cpu_threshold 1
 	steer_run 2000
@@ -420,6 +429,56 @@ if [ -d $T/events/rxlane ] && [ $ncpu -ge 2 ]; then
 	fi
 	switched=$(awk '{print $2, $3, $4}' /tmp/steer | sort -u | awk '{print $1, $2}' | uniq -d | wc -l)
 	diag "stages that changed CPU during the run: $switched; guarded decisions: $(awk '$5 == "choice=0" {s+=$1} END {print s+0}' /tmp/steer)"
+	# a loaded first choice yields the second, and only a loaded one: a
+	# busy loop pinned to the CPU X that ran most of the flow's stage
+	# decisions above (all first choices) loads X; with the per-CPU
+	# threshold at 50, a decision must take its second choice exactly when
+	# the first choice's sampled load (the tracepoint's load=) is >= 50
+	lthr=50
+	X=$(awk '{ n[$4] += $1 } END { for (c in n) if (n[c] > m) { m = n[c]; x = c } print x }' /tmp/steer.first | sed 's/cpu=//')
+	# decisions: "first cpu choice load" per traced decision (first =
+	# hash % ncpu, the test's own computation)
+	decisions() {
+		grep -o 'hash=0x[0-9a-f]* cpu=[0-9]* choice=[0-9] load=-*[0-9]*' $T/trace |
+		awk -v n=$ncpu '{ split($1,h,"=0x"); s = h[2]; v = 0
+			for (i=1;i<=length(s);i++) v = (v*16 + index("0123456789abcdef", substr(s,i,1)) - 1) % n
+			split($2,c,"="); split($3,k,"="); split($4,l,"="); print v, c[2], k[2], l[2] }'
+	}
+	sysctl_w falcon_cpu_threshold $lthr
+	taskset $(printf %x $((1 << X))) sh -c 'while :; do :; done' &
+	busy=$!
+	# wait until the sampler has seen X loaded: small sequenced bursts
+	# until a decision whose first choice is X reads load >= lthr
+	# (bounded: at most 40 bursts)
+	tries=0
+	while [ $tries -lt 40 ]; do
+		tries=$((tries + 1))
+		echo >$T/trace
+		echo 1 >$T/events/rxlane/rxlane_steer/enable
+		recv_during rxl-cB 7000 20 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 20 >/dev/null
+		echo 0 >$T/events/rxlane/rxlane_steer/enable
+		decisions | awk -v x=$X -v t=$lthr '$1 == x && $4 >= t { f = 1 } END { exit !f }' && break
+	done
+	echo >$T/trace
+	echo 1 >$T/events/rxlane/rxlane_steer/enable
+	r=$(recv_during rxl-cB 7000 2000 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 2000)
+	echo 0 >$T/events/rxlane/rxlane_steer/enable
+	kill $busy; wait $busy 2>/dev/null
+	decisions >/tmp/loaded
+	# guarded decisions (choice 0) hide their choice; all CPUs are online
+	summary=$(awk -v x=$X -v t=$lthr '$3 == 0 { g++; next }
+		$4 >= t && $3 != 2 { bad++ } $4 < t && ($3 != 1 || $2 != $1) { bad++ }
+		$1 == x && $3 == 2 { sx++ } $3 == 2 { s2++ } $3 == 1 { s1++ }
+		END { printf "first=%d second=%d second_from_busy=%d guarded=%d wrong=%d", s1, s2, sx, g, bad }' /tmp/loaded)
+	diag "busy loop on CPU $X (ready after $tries bursts): $summary"
+	[ "$(echo "$r" | field received)" = 2000 ] && [ "$(echo "$r" | field inorder)" = 1 ] &&
+	echo "$summary" | grep -q 'wrong=0$' && ! echo "$summary" | grep -q 'second_from_busy=0 ' &&
+		ok "FALCON: a loaded first choice (busy CPU $X) yields the second, an unloaded one stays first; 2000 in order" ||
+		nok "FALCON loaded first choice" "$summary; $(echo $r)"
+	if [ $((ncpu & (ncpu - 1))) = 0 ]; then
+		check "FALCON loaded first choice: second choices match hash_32(hash) % ncpu" \
+			awk -v n=$ncpu '$3 == 2 && $2 != ($1 * (1640531527 % n)) % n { bad = 1 } END { exit bad }' /tmp/loaded
+	fi
 	# the set "overloaded" (threshold 1): stages stay on the sending CPU,
 	# through the guard; switching steering off and on loses nothing and
 	# keeps order

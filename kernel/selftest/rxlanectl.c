@@ -7,6 +7,8 @@
  * Test options, before the command:
  *   --as-uid UID   drop to UID (and its group) first
  *   --userns       enter a new user + network namespace as its root first
+ *   --userns-keepnet  enter a new user namespace as its root, staying in the
+ *                  current network namespace (the initial one's sysctls)
  *   sysctl-write NAME VALUE   write /proc/sys/net/rxlane/NAME
  */
 #define _GNU_SOURCE
@@ -127,18 +129,18 @@ static void rule_cb(struct nlattr **tb)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: rxlanectl [--as-uid UID] [--userns] add CIDR [proto N] [ports LO[-HI]] [vni N] | del ID | flush | list | sysctl-write NAME VALUE\n");
+	fprintf(stderr, "usage: rxlanectl [--as-uid UID] [--userns | --userns-keepnet] add CIDR [proto N] [ports LO[-HI]] [vni N] | del ID | flush | list | sysctl-write NAME VALUE\n");
 	return 2;
 }
 
-static void enter_userns(void)
+static void enter_userns(int flags)
 {
 	uid_t uid = getuid();
 	gid_t gid = getgid();
 	char map[64];
 	int fd;
 
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0) {
+	if (unshare(flags) < 0) {
 		perror("rxlanectl: unshare");
 		exit(3);
 	}
@@ -170,7 +172,10 @@ int main(int argc, char **argv)
 			prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 			i += 2;
 		} else if (!strcmp(argv[i], "--userns")) {
-			enter_userns();
+			enter_userns(CLONE_NEWUSER | CLONE_NEWNET);
+			i++;
+		} else if (!strcmp(argv[i], "--userns-keepnet")) {
+			enter_userns(CLONE_NEWUSER);
 			i++;
 		} else {
 			return usage();
