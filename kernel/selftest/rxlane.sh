@@ -149,6 +149,18 @@ fi
 
 echo "TAP version 13"
 setup >/tmp/setup.log 2>&1 || { cat /tmp/setup.log; echo "Bail out! topology setup failed"; exit 1; }
+# The tests enable and disable trace events many times; with record-cmd
+# and record-tgid on (the default) every first enable and last disable
+# also registers and unregisters probes on sched_switch/sched_wakeup,
+# i.e. live-patches those hot tracepoint sites (text_poke_bp). The tests
+# read only event fields, never the task names, so leave those sites
+# alone (a debug guest under TCG once took an int3 oops at
+# trace_sched_wakeup+0x8 right after such an enable: docs/kernel.md)
+for o in record-cmd record-tgid; do
+	for d in /sys/kernel/tracing /sys/kernel/debug/tracing; do
+		[ -w $d/options/$o ] && echo 0 >$d/options/$o && break
+	done
+done
 compiled_in=0
 [ -e /proc/sys/net/rxlane/prism_mode ] && compiled_in=1
 diag "kernel $(uname -r), CONFIG_NET_RXLANE=$([ $compiled_in = 1 ] && echo y || echo n), $(grep -c ^processor /proc/cpuinfo) CPUs"
@@ -387,11 +399,13 @@ if [ -d $T/events/rxlane ] && [ $ncpu -ge 2 ]; then
 	# 101: the set is never too loaded, so steering never pauses (under
 	# TCG every vCPU can look 100% busy)
 	sysctl_w falcon_threshold 101
-	# steer_run COUNT: send COUNT sequenced datagrams cA -> cB, trace decisions
+	# steer_run COUNT: send COUNT sequenced datagrams cA -> cB, trace
+	# decisions; always the same flow (source port 40000), so its stages
+	# have the same hashes, hence the same first choices, in every run
 	steer_run() {
 		echo >$T/trace
 		echo 1 >$T/events/rxlane/rxlane_steer/enable
-		r=$(recv_during rxl-cB 7000 $1 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 $1)
+		r=$(recv_during rxl-cB 7000 $1 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 $1 40000)
 		echo 0 >$T/events/rxlane/rxlane_steer/enable
 		grep -o 'ifindex=[0-9]* hash=0x[0-9a-f]* cpu=[0-9]* choice=[0-9]' $T/trace | sort | uniq -c >/tmp/steer
 		diag "steering decisions (count ifindex hash cpu choice):"; sed 's/^/#   /' /tmp/steer
@@ -430,10 +444,11 @@ if [ -d $T/events/rxlane ] && [ $ncpu -ge 2 ]; then
 	switched=$(awk '{print $2, $3, $4}' /tmp/steer | sort -u | awk '{print $1, $2}' | uniq -d | wc -l)
 	diag "stages that changed CPU during the run: $switched; guarded decisions: $(awk '$5 == "choice=0" {s+=$1} END {print s+0}' /tmp/steer)"
 	# a loaded first choice yields the second, and only a loaded one: a
-	# busy loop pinned to the CPU X that ran most of the flow's stage
-	# decisions above (all first choices) loads X; with the per-CPU
-	# threshold at 50, a decision must take its second choice exactly when
-	# the first choice's sampled load (the tracepoint's load=) is >= 50
+	# busy loop pinned to the CPU X that ran most of the same flow's stage
+	# decisions in the unloaded run (all first choices) loads X; with the
+	# per-CPU threshold at 50, a decision must take its second choice
+	# exactly when the first choice's sampled load (the tracepoint's
+	# load=) is >= 50
 	lthr=50
 	X=$(awk '{ n[$4] += $1 } END { for (c in n) if (n[c] > m) { m = n[c]; x = c } print x }' /tmp/steer.first | sed 's/cpu=//')
 	# decisions: "first cpu choice load" per traced decision (first =
@@ -455,13 +470,13 @@ if [ -d $T/events/rxlane ] && [ $ncpu -ge 2 ]; then
 		tries=$((tries + 1))
 		echo >$T/trace
 		echo 1 >$T/events/rxlane/rxlane_steer/enable
-		recv_during rxl-cB 7000 20 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 20 >/dev/null
+		recv_during rxl-cB 7000 20 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 20 40000 >/dev/null
 		echo 0 >$T/events/rxlane/rxlane_steer/enable
 		decisions | awk -v x=$X -v t=$lthr '$1 == x && $4 >= t { f = 1 } END { exit !f }' && break
 	done
 	echo >$T/trace
 	echo 1 >$T/events/rxlane/rxlane_steer/enable
-	r=$(recv_during rxl-cB 7000 2000 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 2000)
+	r=$(recv_during rxl-cB 7000 2000 -- NS rxl-cA rxlane_probe send 198.19.0.2 7000 2000 40000)
 	echo 0 >$T/events/rxlane/rxlane_steer/enable
 	kill $busy; wait $busy 2>/dev/null
 	decisions >/tmp/loaded

@@ -8,8 +8,10 @@
  *	t_high_ns=T t_last_ns=T" (high_index: position of the first payload
  *	starting with 'H', -1 if none; inorder: sequence numbers of 'L'
  *	payloads only increase; times: CLOCK_MONOTONIC at receipt)
- *   rxlane_probe send DST_IP PORT COUNT
- *	send COUNT numbered datagrams "L<n>" through the normal stack
+ *   rxlane_probe send DST_IP PORT COUNT [SPORT]
+ *	send COUNT numbered datagrams "L<n>" through the normal stack, from
+ *	source port SPORT if given (the same flow, so the same stage hashes,
+ *	in every run), else from an ephemeral port
  *   rxlane_probe inject IFNAME NLOW LOW_IP HIGH_IP PORT [vxlan OUTER_SRC OUTER_DST VNI INNER_DMAC]
  *	queue NLOW low-priority frames to LOW_IP then one to HIGH_IP as if
  *	IFNAME received them in one burst (debugfs rxlane/inject, CONFIG_NET_RXLANE_SELFTEST);
@@ -120,6 +122,17 @@ static int do_send(int argc, char **argv)
 	sa.sin_port = htons(atoi(argv[3]));
 	count = atoi(argv[4]);
 	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (argc > 5) {
+		struct sockaddr_in src = { .sin_family = AF_INET,
+					   .sin_port = htons(atoi(argv[5])) };
+		int one = 1;
+
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, (struct sockaddr *)&src, sizeof(src)) < 0) {
+			perror("rxlane_probe: bind source port");
+			return 1;
+		}
+	}
 	for (i = 0; i < count; i++) {
 		char buf[32];
 		int len = snprintf(buf, sizeof(buf), "L%d", i);

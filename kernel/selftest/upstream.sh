@@ -32,19 +32,29 @@ ln -sf bash /bin/sh
 # including the series compiled out, is reported as TODO with the reason;
 # TAP does not count it as a failure. Any other failure, or a different
 # set of failing sub-checks, is a failure.
+# checker kernels (the debug and debug-off variants: KASAN, lockdep under
+# TCG) run several times slower
+checkers=0
+dmesg | grep -q 'KernelAddressSanitizer initialized' && checkers=1
 known_checks() {
 	case $1 in
 	veth.sh) echo "- after dev off, flag fail - expected on found off|- aggregation fail - got 10 packets, expected 1|with xdp attached - gro flag fail - expected on found off";;
+	gro.sh) [ $checkers = 1 ] && echo "failed tests: ipv4_large ipv6_large";;
 	esac
 }
 known_reason() {
 	case $1 in
 	veth.sh) echo "Debian 6.1.192 carries 'net: veth: do not manipulate GRO when using XDP' but not the matching veth.sh update: XDP no longer turns GRO on; fails the same with the series compiled out";;
+	gro.sh) echo "timing on a KASAN+lockdep kernel under TCG: the 64 KB train outlasts setup_veth.sh's 1 ms gro_flush_timeout and arrives in pieces; fails the same in debug-off (series compiled out)";;
 	esac
 }
 # failing sub-checks in the log ("<check name>   fail - <detail>" lines,
-# blanks squeezed)
+# blanks squeezed; gro.sh: its "failed tests: ..." summary)
 failed_checks() {
+	if [ "$1" = gro.sh ]; then
+		grep -o 'failed tests: [a-z0-9_ ]*' /tmp/upstream.log | sed 's/ *$//'
+		return
+	fi
 	grep -E '[[:space:]]fail([[:space:]]|$)' /tmp/upstream.log |
 		sed -e 's/[[:space:]]\{1,\}/ /g' -e 's/^ //' -e 's/ $//' | sort | tr '\n' '|' | sed 's/|$//'
 }
@@ -67,7 +77,7 @@ run() {
 		echo "ok $n - $desc"
 		return
 	fi
-	got=$(failed_checks)
+	got=$(failed_checks $s)
 	echo "# failing sub-checks: ${got:-none found}"
 	if [ -n "$got" ] && [ "$got" = "$(known_checks $s)" ]; then
 		echo "not ok $n - $desc # TODO $(known_reason $s)"
