@@ -4,8 +4,8 @@
  *
  * tc ingress on a stage's device. A device's tc ingress runs after its own
  * RPS decision and before the next device's, so the program picks the CPU
- * of the NEXT stage: it computes a stable flow hash from the inner IPv4
- * 5-tuple (the veth txhash changes whenever the sender restarts), applies
+ * of the NEXT stage: it computes a stable flow hash from the inner IPv4 or
+ * IPv6 5-tuple (the veth txhash changes whenever the sender restarts), applies
  * get_falcon_cpu (hash_32(flow hash + ifindex of the next stage's device)
  * over the CPU set, second choice when the first is above the per-CPU
  * threshold, the current CPU when the set's average load is above the
@@ -59,6 +59,15 @@ struct {
 	__type(key, struct steer_ep_key);
 	__type(value, __u32);
 } steer_endpoints SEC(".maps");
+
+/* Routed tunnels (Flannel, Calico): the inner destination address of a
+ * local endpoint -> stage id of its device. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct steer_ip_key);
+	__type(value, __u32);
+} steer_ep_ip SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -116,8 +125,14 @@ static __always_inline long load_bytes(void *ctx, bool xdp, __u32 off, void *buf
 	return bpf_skb_load_bytes(ctx, off, buf, len);
 }
 
+/* The inner 5-tuple in hash order: saddr, daddr, sport, dport (network
+ * order), protocol. IPv4 fills the first 13 bytes (4-byte addresses),
+ * IPv6 all 37; len says which. daddr16 is the destination as an IPv6
+ * address (IPv4 v4-mapped), the key of routed endpoints. */
 struct tuple {
-	__u8 b[13]; /* saddr, daddr, sport, dport (network order), proto */
+	__u8 b[37];
+	__u8 len;
+	__u8 daddr16[16];
 };
 
 /* parse_ip4 reads the IPv4 header at off and its ports into t; *l4 is the
@@ -129,11 +144,14 @@ static __always_inline bool parse_ip4(void *skb, bool xdp, __u32 off, struct tup
 		return false;
 	if ((ip[0] >> 4) != 4 || (ip[0] & 0xf) < 5)
 		return false;
+	__builtin_memset(t, 0, sizeof(*t));
 	__builtin_memcpy(&t->b[0], &ip[12], 8);
 	t->b[12] = ip[9];
+	t->len = 13;
+	t->daddr16[10] = t->daddr16[11] = 0xff;
+	__builtin_memcpy(&t->daddr16[12], &ip[16], 4);
 	*proto = ip[9];
 	*l4 = off + (ip[0] & 0xf) * 4;
-	t->b[8] = t->b[9] = t->b[10] = t->b[11] = 0;
 	bool frag = ((ip[6] & 0x3f) | ip[7]) != 0; /* MF or offset */
 	if (!frag && (ip[9] == IPPROTO_UDP || ip[9] == IPPROTO_TCP)) {
 		if (load_bytes(skb, xdp, *l4, &t->b[8], 4) < 0)
@@ -142,41 +160,91 @@ static __always_inline bool parse_ip4(void *skb, bool xdp, __u32 off, struct tup
 	return true;
 }
 
-/* flow_hash: FNV-1a over the inner 5-tuple, never 0. Go: FlowHash. */
-static __always_inline bool flow_hash(void *skb, bool xdp, __u32 encap, __u32 vxlan_port, __u32 *out, struct steer_ep_key *mac)
+/* parse_ip6 is parse_ip4 for IPv6. Only a TCP or UDP header right after
+ * the fixed header gives ports; with extension headers (fragments among
+ * them) the flow is the addresses and the first next-header value, which
+ * is the same for every packet of a flow that carries the same headers. */
+static __always_inline bool parse_ip6(void *skb, bool xdp, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
+{
+	__u8 ip[40];
+	if (load_bytes(skb, xdp, off, ip, sizeof(ip)) < 0)
+		return false;
+	if ((ip[0] >> 4) != 6)
+		return false;
+	__builtin_memset(t, 0, sizeof(*t));
+	__builtin_memcpy(&t->b[0], &ip[8], 32);
+	t->b[36] = ip[6];
+	t->len = 37;
+	__builtin_memcpy(t->daddr16, &ip[24], 16);
+	*proto = ip[6];
+	*l4 = off + 40;
+	if (ip[6] == IPPROTO_UDP || ip[6] == IPPROTO_TCP) {
+		if (load_bytes(skb, xdp, *l4, &t->b[32], 4) < 0)
+			return false;
+	}
+	return true;
+}
+
+/* parse_ip parses the IPv4 or IPv6 header at off after the Ethernet
+ * header eth. */
+static __always_inline bool parse_ip(void *skb, bool xdp, const __u8 *eth, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
+{
+	if (eth[12] == 0x08 && eth[13] == 0x00)
+		return parse_ip4(skb, xdp, off, t, l4, proto);
+	if (eth[12] == 0x86 && eth[13] == 0xdd)
+		return parse_ip6(skb, xdp, off, t, l4, proto);
+	return false;
+}
+
+/* What flow_hash learns of the inner packet besides its hash: the keys of
+ * the next stage's endpoint (inner destination MAC for bridged tunnels,
+ * inner destination address for routed ones). */
+struct inner_keys {
+	struct steer_ep_key mac;
+	struct steer_ip_key ip;
+};
+
+/* flow_hash: FNV-1a over the inner 5-tuple (IPv4 or IPv6), never 0. Go:
+ * FlowHash. encap: the frame is still VXLAN in UDP (outer IPv4 or IPv6). */
+static __always_inline bool flow_hash(void *skb, bool xdp, __u32 encap, __u32 vxlan_port, __u32 *out, struct inner_keys *keys)
 {
 	__u8 eth[14];
-	struct tuple t = {};
+	struct tuple t;
 	__u32 l4 = 0;
 	__u8 proto = 0;
 
 	if (load_bytes(skb, xdp, 0, eth, sizeof(eth)) < 0)
 		return false;
-	if (eth[12] != 0x08 || eth[13] != 0x00)
-		return false;
-	if (!parse_ip4(skb, xdp, 14, &t, &l4, &proto))
+	if (!parse_ip(skb, xdp, eth, 14, &t, &l4, &proto))
 		return false;
 	if (encap) {
 		if (proto != IPPROTO_UDP)
 			return false;
-		__u16 dport = ((__u16)t.b[10] << 8) | t.b[11];
+		__u16 dport = t.len == 13 ? ((__u16)t.b[10] << 8) | t.b[11] : ((__u16)t.b[34] << 8) | t.b[35];
 		if (dport != vxlan_port)
 			return false;
 		__u32 in = l4 + 8 + 8; /* UDP, VXLAN */
 		if (load_bytes(skb, xdp, in, eth, sizeof(eth)) < 0)
 			return false;
-		if (eth[12] != 0x08 || eth[13] != 0x00)
-			return false;
-		if (!parse_ip4(skb, xdp, in + 14, &t, &l4, &proto))
+		if (!parse_ip(skb, xdp, eth, in + 14, &t, &l4, &proto))
 			return false;
 	}
-	__builtin_memcpy(mac->mac, eth, 6);
+	__builtin_memcpy(keys->mac.mac, eth, 6);
+	__builtin_memcpy(keys->ip.addr, t.daddr16, 16);
 
 	__u32 h = 2166136261U;
+	if (t.len == 13) {
 #pragma unroll
-	for (int i = 0; i < 13; i++) {
-		h ^= t.b[i];
-		h *= 16777619U;
+		for (int i = 0; i < 13; i++) {
+			h ^= t.b[i];
+			h *= 16777619U;
+		}
+	} else {
+#pragma unroll
+		for (int i = 0; i < 37; i++) {
+			h ^= t.b[i];
+			h *= 16777619U;
+		}
 	}
 	*out = h ? h : 1;
 	return true;
@@ -219,14 +287,18 @@ int steer_ingress(struct __sk_buff *skb)
 	}
 	__u32 n = cfg->n_cpus;
 	__u32 fh = 0;
-	struct steer_ep_key mac = {};
-	if (!flow_hash(skb, false, dev->encap, cfg->vxlan_port, &fh, &mac)) {
+	struct inner_keys keys = {};
+	if (!flow_hash(skb, false, dev->encap, cfg->vxlan_port, &fh, &keys)) {
 		count(S_NO_FLOW);
 		return TC_ACT_UNSPEC;
 	}
 	__u32 stage = dev->stage_id;
 	if (dev->flags & STEER_DEV_BY_MAC) {
-		__u32 *s = bpf_map_lookup_elem(&steer_endpoints, &mac);
+		__u32 *s = bpf_map_lookup_elem(&steer_endpoints, &keys.mac);
+		if (s)
+			stage = *s;
+	} else if (dev->flags & STEER_DEV_BY_IP) {
+		__u32 *s = bpf_map_lookup_elem(&steer_ep_ip, &keys.ip);
 		if (s)
 			stage = *s;
 	}
@@ -275,7 +347,7 @@ int steer_ingress(struct __sk_buff *skb)
 
 	/* A container device's ifindex lives in its own namespace: keyed
 	 * apart from the host's devices. */
-	__u32 key_stage = (dev->flags & STEER_DEV_BY_MAC) ? stage | STEER_STAGE_CTR : stage;
+	__u32 key_stage = (dev->flags & (STEER_DEV_BY_MAC | STEER_DEV_BY_IP)) ? stage | STEER_STAGE_CTR : stage;
 	struct steer_flow_key fk = {.flow_hash = fh, .stage_id = key_stage};
 	struct steer_flow *f = bpf_map_lookup_elem(&steer_flows, &fk);
 	if (!f) {
@@ -414,9 +486,9 @@ int steer_done(struct __sk_buff *skb)
 	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
 	if (!cfg || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS)
 		return TC_ACT_UNSPEC;
-	struct steer_ep_key mac = {};
+	struct inner_keys keys = {};
 	__u32 fh = 0;
-	if (!flow_hash(skb, false, 0, cfg->vxlan_port, &fh, &mac))
+	if (!flow_hash(skb, false, 0, cfg->vxlan_port, &fh, &keys))
 		return TC_ACT_UNSPEC;
 	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
 	if (!g)
@@ -447,8 +519,8 @@ int steer_xdp(struct xdp_md *ctx)
 	if (!cfg || cfg->n_first == 0 || cfg->n_first > STEER_MAX_CPUS || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS)
 		return XDP_PASS;
 	__u32 fh = 0;
-	struct steer_ep_key mac = {};
-	if (!flow_hash(ctx, true, 1, cfg->vxlan_port, &fh, &mac) && !flow_hash(ctx, true, 0, cfg->vxlan_port, &fh, &mac)) {
+	struct inner_keys keys = {};
+	if (!flow_hash(ctx, true, 1, cfg->vxlan_port, &fh, &keys) && !flow_hash(ctx, true, 0, cfg->vxlan_port, &fh, &keys)) {
 		count(S_NO_FLOW);
 		return XDP_PASS;
 	}

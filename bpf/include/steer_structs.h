@@ -28,10 +28,11 @@
 #define STEER_DIRECT 0xfffe
 
 
-/* steer_dev.flags. Go: devByMAC */
+/* steer_dev.flags. Go: devByMAC, devEntry, devOff, devByIP */
 #define STEER_DEV_BY_MAC (1U << 0) /* next stage found by inner dst MAC */
 #define STEER_DEV_ENTRY (1U << 1)  /* first steering point: numbers packets */
 #define STEER_DEV_OFF (1U << 2)    /* number only: the next stage is not steered */
+#define STEER_DEV_BY_IP (1U << 3)  /* next stage found by inner dst address (routed) */
 
 /* The one configuration entry. Go twin: steerConfig. */
 struct steer_cfg {
@@ -69,6 +70,12 @@ struct steer_dev {
 struct steer_ep_key {
 	__u8 mac[6];
 	__u16 pad;
+};
+
+/* Inner destination address (IPv6, or IPv4 v4-mapped) -> stage id of that
+ * routed endpoint's device. Go twin: endpointIPKey. */
+struct steer_ip_key {
+	__u8 addr[16];
 };
 
 /* Per (flow, stage): the CPU chosen last. Go twins: flowKey, flowEntry. */
@@ -131,7 +138,7 @@ enum steer_reason {
 	S_SECOND = 1,  /* first choice above the threshold: second choice */
 	S_OFF = 2,     /* average load above threshold: stay on this CPU */
 	S_STATIC = 3,  /* static mode: hash only */
-	S_NO_FLOW = 4, /* not IPv4 UDP/TCP: hash untouched */
+	S_NO_FLOW = 4, /* not IPv4/IPv6 (or outer not VXLAN): hash untouched */
 	S_NO_DEV = 5,  /* device or configuration unknown: hash untouched */
 	/* Counters only (not a packet's reason): */
 	S_DEFERRED = 6, /* a change of CPU deferred by the in-flight guard */

@@ -23,14 +23,24 @@ type steerFlags struct {
 	json     bool
 }
 
+// stateFile checks --netns (a name in /run/netns, a namespace file's path,
+// or empty for this namespace) and names the state file after it.
 func (f *steerFlags) stateFile() (string, error) {
-	if f.netns == "" || strings.Contains(f.netns, "/") {
-		return "", usagef("--netns: want the name (in /run/netns) of the receiving host's namespace")
+	name := "host"
+	if f.netns != "" {
+		p := f.netns
+		if !strings.Contains(p, "/") {
+			p = filepath.Join("/run/netns", p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", usagef("--netns %q: %v", f.netns, err)
+		}
+		name = f.netns
+		if strings.Contains(name, "/") {
+			name = strings.ReplaceAll(strings.TrimPrefix(filepath.Clean(name), "/"), "/", "_")
+		}
 	}
-	if _, err := os.Stat(filepath.Join("/run/netns", f.netns)); err != nil {
-		return "", usagef("--netns %q: %v", f.netns, err)
-	}
-	return filepath.Join(f.stateDir, f.netns+".json"), nil
+	return filepath.Join(f.stateDir, name+".json"), nil
 }
 
 func newSteerCmd() *cobra.Command {
@@ -44,6 +54,9 @@ hash + ifindex) over a CPU set, a second choice when the first CPU is above
 the per-CPU threshold, and no steering while the set's average load is above
 the global threshold. A tc ingress program writes the hash that makes the
 next device's RPS (whose rps_cpus become the CPU set) pick that CPU.
+Bridged VXLAN (the testbed) and routed VXLAN (Flannel's flannel.1 -> cni0,
+Calico's vxlan.calico -> cali*) are discovered from the kernel; inner IPv4
+and IPv6 flows are steered.
 
 An in-flight guard changes a flow's stage CPU only when none of its packets
 is still queued on the old CPU, so choices may change (second choice, load
@@ -53,13 +66,14 @@ veth underlay the sending end needs tx checksum offload off:
 --sender-tx-off does that in an rxlane testbed).
 
   rxlane steer enable --netns rxl-hostB --cpus 0-3 --follow
+  rxlane steer enable --cpus 0-3 --follow     # this namespace (a Flannel or Calico node)
   rxlane steer enable --netns rxl-hostB --first-stage cpumap --first-cpus 1 --stages none --sender-tx-off
   rxlane steer status --netns rxl-hostB [--json]
   rxlane steer disable --netns rxl-hostB
 
 See docs/steer.md.`,
 	}
-	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "name of the receiving host's network namespace (in /run/netns)")
+	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "network namespace of the receiving host (name in /run/netns or a path; default: this one)")
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "/run/rxlane/steer", "where what enable changed is journaled")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.AddCommand(newSteerEnableCmd(f), newSteerDisableCmd(f), newSteerStatusCmd(f))

@@ -207,6 +207,11 @@ func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neig
 		if !ok || r.Dst == nil || r.Gw != nil || (dev.Type() != "veth" && dev.Type() != "bridge") {
 			continue
 		}
+		// The underlay's own subnet (a veth underlay, as in a lab)
+		// holds VTEP peers, not pods.
+		if dev.Attrs().Name == tn.Underlay {
+			continue
+		}
 		pfx, ok := netip.AddrFromSlice(r.Dst.IP)
 		if !ok {
 			continue

@@ -124,9 +124,10 @@ type PeerOffload struct {
 // netnsDirs are where named namespaces live (ip netns, Docker).
 var netnsDirs = []string{"/run/netns", "/var/run/docker/netns"}
 
-// peerNetns finds the namespace file of a veth's peer: the namespace whose
-// ID, as seen from the current namespace, is the link's IFLA_LINK_NETNSID.
-func peerNetns(nsid int) (string, error) {
+// PeerNetns finds the namespace file of a veth's peer: the namespace whose
+// ID, as seen from the calling thread's namespace, is the link's
+// IFLA_LINK_NETNSID. It looks where ip netns and Docker keep their files.
+func PeerNetns(nsid int) (string, error) {
 	for _, dir := range netnsDirs {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
@@ -153,7 +154,7 @@ func vethPeer(l netlink.Link) (string, netlink.Link, error) {
 	var peerNs string
 	if a.NetNsID >= 0 {
 		var err error
-		if peerNs, err = peerNetns(a.NetNsID); err != nil {
+		if peerNs, err = PeerNetns(a.NetNsID); err != nil {
 			return "", nil, err
 		}
 	} else {

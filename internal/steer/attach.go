@@ -3,6 +3,7 @@ package steer
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,6 @@ import (
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // The steering tc filter: clsact ingress, this priority (after the lanes'
@@ -32,13 +32,35 @@ var doneFilter = tcattach.Filter{Name: "rxlane_steer_done", Prio: 0xc0e0, Handle
 // more): disable treats it as already clean.
 var errNoNetns = errors.New("network namespace does not exist")
 
-// inNetnsSysfs runs fn on a thread inside the named network namespace
-// (/run/netns/NAME) with that namespace's own /sys, where stage devices'
+// netnsPath is the file of a namespace reference: "" is the caller's own
+// namespace (a real host's, where Flannel and Calico live), a name is in
+// /run/netns, a path (Docker's /var/run/docker/netns/...) is itself.
+func netnsPath(ns string) string {
+	if ns == "" || strings.Contains(ns, "/") {
+		return ns
+	}
+	return filepath.Join("/run/netns", ns)
+}
+
+// netnsRef is the reverse of netnsPath for a namespace file: its name
+// when it is in /run/netns (how states and isolate name them), else the
+// path.
+func netnsRef(path string) string {
+	if filepath.Dir(path) == "/run/netns" || filepath.Dir(path) == "/var/run/netns" {
+		return filepath.Base(path)
+	}
+	return path
+}
+
+// inNetnsSysfs runs fn on a thread inside the network namespace ns (see
+// netnsPath) with that namespace's own /sys, where stage devices'
 // rps_cpus live.
-func inNetnsSysfs(name string, fn func() error) error {
-	path := filepath.Join("/run/netns", name)
-	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("netns %s: %w", name, errNoNetns)
+func inNetnsSysfs(ns string, fn func() error) error {
+	path := netnsPath(ns)
+	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("netns %s: %w", ns, errNoNetns)
+		}
 	}
 	return netnsrun.Do(path, true, fn)
 }
@@ -48,8 +70,9 @@ var ErrNotEnabled = errors.New("steering is not enabled")
 
 // Options configure Enable.
 type Options struct {
-	// Netns is the name (/run/netns/NAME) of the receiving host's
-	// namespace: the one with the VXLAN device and its underlay.
+	// Netns is the receiving host's namespace, the one with the VXLAN
+	// device and its underlay: a name in /run/netns, a namespace file's
+	// path, or "" for the caller's own (a real host's).
 	Netns string
 	// CPUs is the FALCON CPU set; it becomes the rps_cpus of every
 	// steered stage's device.
@@ -160,9 +183,6 @@ func CPUMask(cpus []int) string {
 func (o *Options) Validate() error { return o.validate() }
 
 func (o *Options) validate() error {
-	if o.Netns == "" {
-		return errors.New("steer: a host namespace is needed (--netns)")
-	}
 	if len(o.CPUs) == 0 || len(o.CPUs) > MaxCPUs {
 		return fmt.Errorf("steer: want 1..%d CPUs, got %d", MaxCPUs, len(o.CPUs))
 	}
@@ -217,26 +237,22 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// peerNetnsName finds the /run/netns name of the namespace with the given
-// ID as seen from the calling thread's namespace.
+// peerNetnsName is the namespace reference (netnsRef) of the namespace
+// with the given ID as seen from the calling thread's namespace.
 func peerNetnsName(nsid int) (string, error) {
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		h, err := netns.GetFromPath(filepath.Join("/run/netns", e.Name()))
-		if err != nil {
-			continue
-		}
-		id, err := netlink.GetNetNsIdByFd(int(h))
-		h.Close()
-		if err == nil && id == nsid {
-			return e.Name(), nil
-		}
+	p, err := datapath.PeerNetns(nsid)
+	if err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("no /run/netns name for netns id %d", nsid)
+	return netnsRef(p), nil
 }
 
+// endpoint is a container device whose stage (S3) steering chooses: by
+// inner destination MAC behind a bridged tunnel, by inner destination
+// address (IPv4 and IPv6) behind a routed one.
 type endpoint struct {
-	mac     [6]byte
+	macs    [][6]byte
+	ips     []netip.Addr
 	netns   string
 	dev     string
 	ifindex int
@@ -249,7 +265,12 @@ type discovered struct {
 }
 
 // discover finds, in the host namespace, the VXLAN device, its underlay
-// and the container devices behind the bridge (no names assumed).
+// and the container devices behind it (no names assumed): the bridge's
+// veth ports for a bridged tunnel (the testbed, Docker's overlay network
+// when its underlay is in the same namespace), the veths the routes to the
+// pods leave through for a routed one (Flannel's flannel.1 -> cni0,
+// Calico's vxlan.calico -> /32 on cali*). A bridged tunnel is preferred
+// when there are both.
 func discover(hostNS string) (discovered, error) {
 	var d discovered
 	err := inNetnsSysfs(hostNS, func() error {
@@ -257,18 +278,24 @@ func discover(hostNS string) (discovered, error) {
 		if err != nil {
 			return err
 		}
-		for _, tn := range topo.Tunnels {
-			if tn.Underlay != "" && !tn.Routed {
-				d.tunnel = tn
-				break
+		for _, routed := range []bool{false, true} {
+			for _, tn := range topo.Tunnels {
+				if tn.Underlay != "" && tn.Routed == routed && d.tunnel.Name == "" {
+					d.tunnel = tn
+				}
 			}
 		}
 		if d.tunnel.Name == "" {
-			return fmt.Errorf("steer: no bridged VXLAN device with an underlay in %s", hostNS)
+			where := hostNS
+			if where == "" {
+				where = "this namespace"
+			}
+			return fmt.Errorf("steer: no VXLAN device with an underlay in %s (bridged, or routed to local veths)", where)
 		}
 		d.vxIndex = d.tunnel.Ifindex
+		byPort := map[int]int{} // host-side ifindex -> d.endpoint index
 		for _, ep := range topo.Endpoints {
-			if ep.VNI != d.tunnel.VNI {
+			if ep.VNI != d.tunnel.VNI || (d.tunnel.Routed && !ep.IP.IsValid()) {
 				continue
 			}
 			l, err := netlink.LinkByIndex(ep.Ifindex)
@@ -279,13 +306,27 @@ func discover(hostNS string) (discovered, error) {
 			if _, ok := l.(*netlink.Veth); !ok || a.NetNsID < 0 {
 				continue
 			}
-			name, err := peerNetnsName(a.NetNsID)
-			if err != nil {
-				return err
+			// One stage per container device, with every key that
+			// leads to it (several MACs in a bridge port's FDB; a
+			// pod's IPv4 and IPv6 addresses).
+			i, ok := byPort[a.Index]
+			if !ok {
+				name, err := peerNetnsName(a.NetNsID)
+				if err != nil {
+					return err
+				}
+				i = len(d.endpoint)
+				byPort[a.Index] = i
+				d.endpoint = append(d.endpoint, endpoint{netns: name, ifindex: a.ParentIndex})
 			}
-			e := endpoint{netns: name, ifindex: a.ParentIndex}
-			copy(e.mac[:], ep.MAC)
-			d.endpoint = append(d.endpoint, e)
+			e := &d.endpoint[i]
+			if d.tunnel.Routed {
+				e.ips = append(e.ips, ep.IP)
+			} else {
+				var m [6]byte
+				copy(m[:], ep.MAC)
+				e.macs = append(e.macs, m)
+			}
 		}
 		return nil
 	})
@@ -443,18 +484,31 @@ func Enable(o Options) (st *State, err error) {
 	if want("veth") && len(d.endpoint) > 0 {
 		for _, e := range d.endpoint {
 			st.Stages = append(st.Stages, Stage{Name: "veth", Netns: e.netns, Device: e.dev, Ifindex: e.ifindex, Via: d.tunnel.Name})
-			if err := objs.SteerEndpoints.Put(endpointKey{MAC: e.mac}, uint32(e.ifindex)); err != nil {
-				return st, fmt.Errorf("write steer endpoints: %w", err)
+			for _, m := range e.macs {
+				if err := objs.SteerEndpoints.Put(endpointKey{MAC: m}, uint32(e.ifindex)); err != nil {
+					return st, fmt.Errorf("write steer endpoints: %w", err)
+				}
+			}
+			for _, ip := range e.ips {
+				if err := objs.SteerEpIp.Put(endpointIPKey{Addr: ip.As16()}, uint32(e.ifindex)); err != nil {
+					return st, fmt.Errorf("write steer endpoints: %w", err)
+				}
 			}
 		}
+		// The VXLAN device's ingress finds the container device by the
+		// inner destination: its MAC behind a bridge, its address behind
+		// routing (there the inner MAC is the VXLAN device's own).
 		dv := steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}
+		if d.tunnel.Routed {
+			dv.Flags = devByIP
+		}
 		if !want("vxlan") && o.FirstStage == "" {
 			dv.Flags |= devEntry
 		}
 		atts = append(atts, att{d.tunnel.Name, dv})
 	}
 	if len(d.endpoint) == 0 {
-		st.Warnings = append(st.Warnings, "no container endpoint found behind "+d.tunnel.Name+"'s bridge (its FDB has no container MAC yet: send traffic from the container first): "+
+		st.Warnings = append(st.Warnings, "no container endpoint found behind "+d.tunnel.Name+" (no veth port on its bridge, or no route with a resolved neighbour to a local veth): "+
 			"the veth stage is not steered and the in-flight guard cannot see deliveries, so a flow's stage CPU changes only after the flow was idle 500 ms")
 	}
 	if len(st.Stages) == 0 && o.FirstStage == "" {

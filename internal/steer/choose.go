@@ -6,13 +6,20 @@ import "net/netip"
 // the hash of Algorithm 1 (and of internal/sim's falcon policy).
 func Hash32(v uint32) uint32 { return v * 0x61C88647 }
 
-// FlowHash is the stable flow hash bpf/steer.c derives from the inner IPv4
+// FlowHash is the stable flow hash bpf/steer.c derives from the inner
 // 5-tuple (FNV-1a over saddr, daddr, sport, dport in network order and the
-// protocol), never 0. Unlike the veth txhash it survives sender restarts.
+// protocol; 4-byte addresses for IPv4, 16-byte for IPv6), never 0. Unlike
+// the veth txhash it survives sender restarts.
 func FlowHash(src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
-	s, d := src.As4(), dst.As4()
-	b := []byte{s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3],
-		byte(sport >> 8), byte(sport), byte(dport >> 8), byte(dport), proto}
+	var b []byte
+	if src.Is4() && dst.Is4() {
+		s, d := src.As4(), dst.As4()
+		b = append(s[:], d[:]...)
+	} else {
+		s, d := src.As16(), dst.As16()
+		b = append(s[:], d[:]...)
+	}
+	b = append(b, byte(sport>>8), byte(sport), byte(dport>>8), byte(dport), proto)
 	h := uint32(2166136261)
 	for _, c := range b {
 		h ^= uint32(c)
@@ -33,7 +40,7 @@ const (
 	ReasonSecond               // first choice above the threshold
 	ReasonOff                  // average load above threshold: current CPU
 	ReasonStatic               // static mode: first choice always
-	ReasonNoFlow               // not IPv4 TCP/UDP: hash left alone
+	ReasonNoFlow               // not IPv4/IPv6 (or not VXLAN at the entry): hash left alone
 	ReasonNoDev                // device or configuration unknown
 	// Counters only, not a packet's reason:
 	CountDeferred // a change of CPU deferred by the in-flight guard

@@ -26,6 +26,7 @@ func TestLayoutMatchesC(t *testing.T) {
 		{"steer_cpu", steerCPU{}},
 		{"steer_dev", steerDev{}},
 		{"steer_ep_key", endpointKey{}},
+		{"steer_ip_key", endpointIPKey{}},
 		{"steer_flow_key", flowKey{}},
 		{"steer_flow", flowEntry{}},
 		{"steer_guard", guardEntry{}},

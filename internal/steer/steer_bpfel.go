@@ -88,6 +88,11 @@ type steerSteerGuard struct {
 	Direct      uint32
 }
 
+type steerSteerIpKey struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -98,6 +103,7 @@ const (
 	steerMapSteerCpus      = "steer_cpus"
 	steerMapSteerDevs      = "steer_devs"
 	steerMapSteerEndpoints = "steer_endpoints"
+	steerMapSteerEpIp      = "steer_ep_ip"
 	steerMapSteerFirstCpus = "steer_first_cpus"
 	steerMapSteerFlows     = "steer_flows"
 	steerMapSteerGuards    = "steer_guards"
@@ -166,6 +172,7 @@ type steerMapSpecs struct {
 	SteerCpus      *ebpf.MapSpec `ebpf:"steer_cpus"`
 	SteerDevs      *ebpf.MapSpec `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.MapSpec `ebpf:"steer_endpoints"`
+	SteerEpIp      *ebpf.MapSpec `ebpf:"steer_ep_ip"`
 	SteerFirstCpus *ebpf.MapSpec `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.MapSpec `ebpf:"steer_flows"`
 	SteerGuards    *ebpf.MapSpec `ebpf:"steer_guards"`
@@ -206,6 +213,7 @@ type steerMaps struct {
 	SteerCpus      *ebpf.Map `ebpf:"steer_cpus"`
 	SteerDevs      *ebpf.Map `ebpf:"steer_devs"`
 	SteerEndpoints *ebpf.Map `ebpf:"steer_endpoints"`
+	SteerEpIp      *ebpf.Map `ebpf:"steer_ep_ip"`
 	SteerFirstCpus *ebpf.Map `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.Map `ebpf:"steer_flows"`
 	SteerGuards    *ebpf.Map `ebpf:"steer_guards"`
@@ -219,6 +227,7 @@ func (m *steerMaps) Close() error {
 		m.SteerCpus,
 		m.SteerDevs,
 		m.SteerEndpoints,
+		m.SteerEpIp,
 		m.SteerFirstCpus,
 		m.SteerFlows,
 		m.SteerGuards,

@@ -26,8 +26,14 @@ import (
 // rps_cpus, qdiscs and ingress filters.
 func snapshot(t *testing.T, tb testbed.Config, n testbed.Node) string {
 	t.Helper()
+	return snapshotNS(t, tb.NS(n))
+}
+
+// snapshotNS is snapshot for any named namespace.
+func snapshotNS(t *testing.T, ns string) string {
+	t.Helper()
 	var out []string
-	err := testbed.DoSysfs(tb, n, func() error {
+	err := testbed.DoSysfsNamed(ns, func() error {
 		qs, _ := filepath.Glob("/sys/class/net/*/queues/rx-*/rps_cpus")
 		for _, q := range qs {
 			b, err := os.ReadFile(q)
@@ -124,7 +130,7 @@ func sendSeq(t *testing.T, tx, rx *net.UDPConn, dst string, n, cpu int) {
 		t.Fatal(err)
 	}
 	defer unix.SchedSetaffinity(0, &old)
-	to, _ := net.ResolveUDPAddr("udp4", dst)
+	to, _ := net.ResolveUDPAddr("udp", dst)
 	buf := make([]byte, 256)
 	for i := range n {
 		msg := binary.BigEndian.AppendUint32(make([]byte, 0, 64), uint32(i))
@@ -145,7 +151,7 @@ func sendSeq(t *testing.T, tx, rx *net.UDPConn, dst string, n, cpu int) {
 
 // backlogPackets runs fn under the stage probe and returns the per-CPU
 // packets of the per-CPU backlog (where every RPS-steered stage runs).
-func backlogPackets(t *testing.T, tb testbed.Config, fn func()) map[int]float64 {
+func backlogPackets(t *testing.T, fn func()) map[int]float64 {
 	t.Helper()
 	tr, err := trace.Start(context.Background(), trace.Options{Devices: []string{trace.Backlog}, NoPolls: true, NoDelays: true})
 	if err != nil {
@@ -226,7 +232,7 @@ func TestSteerOnTestbed(t *testing.T) {
 				if err := Loads(state, loads, on); err != nil {
 					t.Fatal(err)
 				}
-				got := backlogPackets(t, tb, func() { sendSeq(t, tx, rx, "198.19.0.2:7000", n, 1) })
+				got := backlogPackets(t, func() { sendSeq(t, tx, rx, "198.19.0.2:7000", n, 1) })
 				t.Logf("%s/%s: backlog packets per CPU %v", stage, name, got)
 				// napi_poll fires when a poll returns, after its packets
 				// were delivered: the last poll or two may end after the
@@ -252,7 +258,7 @@ func TestSteerOnTestbed(t *testing.T) {
 			if err := Disable(state); err != nil {
 				t.Fatal(err)
 			}
-			onCPU0Disabled := backlogPackets(t, tb, func() { sendSeq(t, tx, rx, "198.19.0.2:7000", n, 1) })
+			onCPU0Disabled := backlogPackets(t, func() { sendSeq(t, tx, rx, "198.19.0.2:7000", n, 1) })
 			if onCPU0Disabled[0] >= n/2 {
 				t.Errorf("disabled: CPU 0 backlog ran %v packets", onCPU0Disabled[0])
 			}

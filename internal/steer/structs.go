@@ -13,6 +13,7 @@ const (
 	devByMAC         = 1 << 0
 	devEntry         = 1 << 1
 	devOff           = 1 << 2
+	devByIP          = 1 << 3
 	// stageXDP marks the XDP stage's flow key (STEER_STAGE_XDP | ifindex).
 	stageXDP = 1 << 31
 	// stageCtr marks a container device's stage (STEER_STAGE_CTR).
@@ -69,6 +70,12 @@ type steerDev struct {
 type endpointKey struct {
 	MAC [6]byte
 	Pad uint16
+}
+
+// endpointIPKey is struct steer_ip_key: an inner destination address
+// (IPv4 v4-mapped), the key of routed endpoints.
+type endpointIPKey struct {
+	Addr [16]byte
 }
 
 // flowKey is struct steer_flow_key.

@@ -1,0 +1,147 @@
+package steer
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+func ip6(src, dst string, next uint8, payload []byte) []byte {
+	h := make([]byte, 40)
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(payload)))
+	h[6], h[7] = next, 64
+	s, d := netip.MustParseAddr(src).As16(), netip.MustParseAddr(dst).As16()
+	copy(h[8:], s[:])
+	copy(h[24:], d[:])
+	return append(h, payload...)
+}
+
+// vxlanIn wraps an inner Ethernet frame in VXLAN/UDP/outer IP (IPv4 or
+// IPv6 after the family of the outer addresses) on the wire.
+func vxlanIn(outerSrc, outerDst string, in []byte) []byte {
+	udp := l4(40001, 4789, 8+len(in))[:8]
+	payload := append(append(udp, 0x08, 0, 0, 0, 0, 0, 42, 0), in...)
+	if netip.MustParseAddr(outerSrc).Is6() {
+		return eth([]byte{2, 0x72, 0x78, 0xff, 0, 2}, 0x86dd, ip6(outerSrc, outerDst, 17, payload))
+	}
+	return eth([]byte{2, 0x72, 0x78, 0xff, 0, 2}, 0x0800, ip4(outerSrc, outerDst, 17, 0, payload))
+}
+
+// TestProgramDualStackAndRouted: the entry steers inner IPv6 flows and
+// flows under an IPv6 underlay with the hash Go computes (FlowHash over
+// 16-byte addresses), and on a routed tunnel (Flannel, Calico) the VXLAN
+// device's ingress finds the container device by inner destination
+// address, IPv4 or IPv6, where the inner MAC is the VXLAN device's own.
+func TestProgramDualStackAndRouted(t *testing.T) {
+	requireBPF(t)
+	var o steerObjects
+	if err := loadSteerObjects(&o, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	cpus := []int{0, 1, 2, 3}
+	const devIdx, vxIdx, ctIdx, fallback = 1, 5, 9, 77 // a test run's device is lo (1)
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 4, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst, VxlanPort: 4789}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cpus {
+		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range []string{"10.7.0.2", "fd00:7::2"} {
+		if err := o.SteerEpIp.Put(endpointIPKey{Addr: netip.MustParseAddr(a).As16()}, uint32(ctIdx)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(frame []byte) {
+		t.Helper()
+		ret, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: frame})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int32(ret) != -1 {
+			t.Fatalf("verdict %d, want TC_ACT_UNSPEC", int32(ret))
+		}
+	}
+	lookup := func(fh, stage uint32) (flowEntry, bool) {
+		var f flowEntry
+		err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: stage}, &f)
+		return f, err == nil
+	}
+	vxMAC := []byte{0x66, 0, 0, 0, 0, 0x10} // routed: the inner MAC is the VXLAN device's
+
+	entry := []struct {
+		name, outerSrc, outerDst, src, dst string
+	}{
+		{"inner IPv6 under IPv4", "198.18.0.1", "198.18.0.2", "fd00:7::1", "fd00:7::2"},
+		{"inner IPv4 under IPv6", "fd00:18::1", "fd00:18::2", "10.7.1.1", "10.7.0.2"},
+		{"inner IPv6 under IPv6", "fd00:18::1", "fd00:18::2", "fd00:7::1", "fd00:7::2"},
+	}
+	for _, tc := range entry {
+		if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
+			t.Fatal(err)
+		}
+		for sport := uint16(5000); sport < 5016; sport++ {
+			in := l4(sport, 7000, 32)
+			var frame []byte
+			if netip.MustParseAddr(tc.src).Is6() {
+				frame = eth(vxMAC, 0x86dd, ip6(tc.src, tc.dst, 17, in))
+			} else {
+				frame = eth(vxMAC, 0x0800, ip4(tc.src, tc.dst, 17, 0, in))
+			}
+			run(vxlanIn(tc.outerSrc, tc.outerDst, frame))
+			fh := FlowHash(netip.MustParseAddr(tc.src), netip.MustParseAddr(tc.dst), sport, 7000, 17)
+			f, ok := lookup(fh, vxIdx)
+			if !ok {
+				t.Fatalf("%s: flow from port %d not recorded under Go's hash %#x", tc.name, sport, fh)
+			}
+			idx, r := Choose(ChoiceInput{FlowHash: fh, Stage: vxIdx, CPUs: cpus, Loads: make([]float64, 4), Threshold: 0.85, On: true, ExcludeFirst: true})
+			if f.RPSHash == 0 || RPSIndex(f.RPSHash, len(cpus)) != idx || Reason(f.Reason) != r {
+				t.Fatalf("%s, port %d: kernel wrote hash %#x (position %d, %v), Go chose %d (%v)",
+					tc.name, sport, f.RPSHash, RPSIndex(f.RPSHash, len(cpus)), Reason(f.Reason), idx, r)
+			}
+		}
+	}
+
+	// The VXLAN device of a routed tunnel: the next stage is the
+	// container device of the inner destination address; an address of
+	// no endpoint keeps the device's own stage id.
+	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: fallback, Flags: devByIP}); err != nil {
+		t.Fatal(err)
+	}
+	routed := []struct {
+		name, src, dst string
+		stage          uint32
+	}{
+		{"IPv4 endpoint", "10.7.1.1", "10.7.0.2", ctIdx | stageCtr},
+		{"IPv6 endpoint", "fd00:7::1", "fd00:7::2", ctIdx | stageCtr},
+		{"no endpoint", "10.7.1.1", "10.7.0.99", fallback | stageCtr},
+	}
+	for _, tc := range routed {
+		var frame []byte
+		if netip.MustParseAddr(tc.src).Is6() {
+			frame = eth(vxMAC, 0x86dd, ip6(tc.src, tc.dst, 6, l4(6000, 7000, 32)))
+		} else {
+			frame = eth(vxMAC, 0x0800, ip4(tc.src, tc.dst, 6, 0, l4(6000, 7000, 32)))
+		}
+		run(frame)
+		fh := FlowHash(netip.MustParseAddr(tc.src), netip.MustParseAddr(tc.dst), 6000, 7000, 6)
+		if _, ok := lookup(fh, tc.stage); !ok {
+			t.Fatalf("%s: no flow record for stage %#x", tc.name, tc.stage)
+		}
+	}
+
+	// A MAC-keyed device does not look at addresses: the bridged rule is
+	// unchanged.
+	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: fallback, Flags: devByMAC}); err != nil {
+		t.Fatal(err)
+	}
+	run(eth(vxMAC, 0x0800, ip4("10.7.1.1", "10.7.0.2", 6, 0, l4(6001, 7000, 32))))
+	if _, ok := lookup(FlowHash(netip.MustParseAddr("10.7.1.1"), netip.MustParseAddr("10.7.0.2"), 6001, 7000, 6), fallback|stageCtr); !ok {
+		t.Fatal("by MAC: an unknown MAC must keep the device's stage id")
+	}
+}

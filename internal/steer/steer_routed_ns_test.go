@@ -1,0 +1,460 @@
+package steer
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// routedLayout is an operator's routed VXLAN layout, rebuilt in fresh
+// namespaces: Calico (vxlan.calico, a /32 route per pod on its cali*
+// veth, no bridge) or Flannel (flannel.1 on port 8472, the pods' subnet
+// routed to the cni0 bridge).
+type routedLayout struct {
+	name     string
+	vxlan    string
+	vni      int
+	port     int
+	bridge   string // "": routes straight to the pod's veth
+	hostVeth string
+}
+
+var routedLayouts = []routedLayout{
+	{name: "calico", vxlan: "vxlan.calico", vni: 4096, port: 4789, hostVeth: "cali1234"},
+	{name: "flannel", vxlan: "flannel.1", vni: 1, port: 8472, bridge: "cni0", hostVeth: "veth1234"},
+}
+
+var (
+	vxHostMAC   = net.HardwareAddr{0x66, 0x10, 0, 0, 0, 2}
+	vxRemoteMAC = net.HardwareAddr{0x66, 0x10, 0, 0, 0, 1}
+	podMAC      = net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
+	podV4       = netip.MustParseAddr("10.7.0.2")
+	podV6       = netip.MustParseAddr("fd00:7::2")
+	remoteV4    = netip.MustParseAddr("10.7.1.1")
+	remoteV6    = netip.MustParseAddr("fd00:7:1::1")
+)
+
+// newNamedNS creates a uniquely named namespace, removed in cleanup.
+func newNamedNS(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 4)
+	rand.Read(b)
+	name := "rxst-" + hex.EncodeToString(b)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // the thread ends in the new netns: never unlocked
+		h, err := netns.NewNamed(name)
+		if err == nil {
+			h.Close()
+		}
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("create netns: %v", err)
+	}
+	t.Cleanup(func() { netns.DeleteNamed(name) })
+	return name
+}
+
+func inNS(t *testing.T, ns string, fn func() error) {
+	t.Helper()
+	if err := netnsrun.Do(filepath.Join("/run/netns", ns), false, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func prefix(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}
+}
+
+// addAddr adds a without duplicate address detection (IPv6 addresses are
+// usable at once).
+func addAddr(l netlink.Link, a netip.Addr, bits int) error {
+	return netlink.AddrAdd(l, &netlink.Addr{IPNet: prefix(a, bits), Flags: unix.IFA_F_NODAD})
+}
+
+// hostRoute routes a through dev and pins its neighbour to mac (no ARP or
+// neighbour discovery needed).
+func hostRoute(dev netlink.Link, a netip.Addr, mac net.HardwareAddr) error {
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: dev.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: prefix(a, a.BitLen())}); err != nil {
+		return fmt.Errorf("route %s: %w", a, err)
+	}
+	return pinNeigh(dev, a, mac)
+}
+
+func pinNeigh(dev netlink.Link, a netip.Addr, mac net.HardwareAddr) error {
+	fam := netlink.FAMILY_V4
+	if a.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	return netlink.NeighAdd(&netlink.Neigh{LinkIndex: dev.Attrs().Index, Family: fam, State: netlink.NUD_PERMANENT, IP: a.AsSlice(), HardwareAddr: mac})
+}
+
+// vtep adds a VXLAN device whose remote VTEP for peerMAC is peer.
+func vtep(name string, mac net.HardwareAddr, vni, port int, local, peer netip.Addr, under netlink.Link, peerMAC net.HardwareAddr) (netlink.Link, error) {
+	vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: 1450, HardwareAddr: mac}, VxlanId: vni,
+		SrcAddr: local.AsSlice(), Port: port, VtepDevIndex: under.Attrs().Index}
+	if err := netlink.LinkAdd(vx); err != nil {
+		return nil, fmt.Errorf("add %s: %w", name, err)
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return nil, err
+	}
+	return l, netlink.NeighAppend(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+		Flags: netlink.NTF_SELF, IP: peer.AsSlice(), HardwareAddr: peerMAC})
+}
+
+func writeSysctl(path, v string) error {
+	return os.WriteFile(filepath.Join("/proc/sys", path), []byte(v), 0o644)
+}
+
+// buildRouted builds the layout: a remote host (its VTEP and the sender's
+// inner addresses), the receiving host (underlay ens9, the layout's VXLAN
+// device, forwarding on) and one pod with an IPv4 and an IPv6 address.
+func buildRouted(t *testing.T, lay routedLayout) (remote, host, pod string) {
+	t.Helper()
+	remote, host, pod = newNamedNS(t), newNamedNS(t), newNamedNS(t)
+	under, underPeer := netip.MustParseAddr("198.18.9.2"), netip.MustParseAddr("198.18.9.1")
+	inNS(t, host, func() error {
+		lo, _ := netlink.LinkByName("lo")
+		netlink.LinkSetUp(lo)
+		for _, s := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+			if err := writeSysctl(s, "1"); err != nil {
+				return err
+			}
+		}
+		rfd, err := netns.GetFromName(remote)
+		if err != nil {
+			return err
+		}
+		defer rfd.Close()
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ens9"}, PeerName: "ens9peer", PeerNamespace: netlink.NsFd(rfd)}); err != nil {
+			return err
+		}
+		u, _ := netlink.LinkByName("ens9")
+		if err := addAddr(u, under, 24); err != nil {
+			return err
+		}
+		netlink.LinkSetUp(u)
+		vx, err := vtep(lay.vxlan, vxHostMAC, lay.vni, lay.port, under, underPeer, u, vxRemoteMAC)
+		if err != nil {
+			return err
+		}
+		// The remote's inner addresses are behind the tunnel (replies,
+		// reverse-path filter), as both CNIs route them.
+		for _, a := range []netip.Addr{remoteV4, remoteV6} {
+			if err := hostRoute(vx, a, vxRemoteMAC); err != nil {
+				return err
+			}
+		}
+		pfd, err := netns.GetFromName(pod)
+		if err != nil {
+			return err
+		}
+		defer pfd.Close()
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: lay.hostVeth, MTU: 1450}, PeerName: "eth0",
+			PeerHardwareAddr: podMAC, PeerNamespace: netlink.NsFd(pfd)}); err != nil {
+			return err
+		}
+		hv, _ := netlink.LinkByName(lay.hostVeth)
+		if lay.bridge == "" {
+			netlink.LinkSetUp(hv)
+			for _, a := range []netip.Addr{podV4, podV6} {
+				if err := hostRoute(hv, a, podMAC); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: lay.bridge, MTU: 1450}}); err != nil {
+			return err
+		}
+		br, _ := netlink.LinkByName(lay.bridge)
+		if err := netlink.LinkSetMaster(hv, br); err != nil {
+			return err
+		}
+		netlink.LinkSetUp(hv)
+		netlink.LinkSetUp(br)
+		if err := addAddr(br, netip.MustParseAddr("10.7.0.1"), 24); err != nil {
+			return err
+		}
+		if err := addAddr(br, netip.MustParseAddr("fd00:7::1"), 64); err != nil {
+			return err
+		}
+		if err := netlink.NeighAppend(&netlink.Neigh{LinkIndex: hv.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+			Flags: netlink.NTF_MASTER, HardwareAddr: podMAC}); err != nil {
+			return fmt.Errorf("fdb: %w", err)
+		}
+		for _, a := range []netip.Addr{podV4, podV6} {
+			if err := pinNeigh(br, a, podMAC); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	inNS(t, pod, func() error {
+		lo, _ := netlink.LinkByName("lo")
+		netlink.LinkSetUp(lo)
+		e, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		netlink.LinkSetUp(e)
+		if err := addAddr(e, podV4, 32); err != nil {
+			return err
+		}
+		return addAddr(e, podV6, 128)
+	})
+	inNS(t, remote, func() error {
+		lo, _ := netlink.LinkByName("lo")
+		netlink.LinkSetUp(lo)
+		u, err := netlink.LinkByName("ens9peer")
+		if err != nil {
+			return err
+		}
+		if err := addAddr(u, underPeer, 24); err != nil {
+			return err
+		}
+		netlink.LinkSetUp(u)
+		vx, err := vtep("vxr", vxRemoteMAC, lay.vni, lay.port, underPeer, under, u, vxHostMAC)
+		if err != nil {
+			return err
+		}
+		for _, a := range []netip.Addr{remoteV4, remoteV6} {
+			if err := addAddr(vx, a, a.BitLen()); err != nil {
+				return err
+			}
+		}
+		for _, a := range []netip.Addr{podV4, podV6} {
+			if err := hostRoute(vx, a, vxHostMAC); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return remote, host, pod
+}
+
+func listenIn(t *testing.T, ns string, a netip.AddrPort) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	inNS(t, ns, func() (err error) {
+		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(a))
+		return err
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestSteerOnRoutedLayouts: on Calico's and Flannel's layouts, built in
+// fresh namespaces, discovery finds the routed tunnel, its underlay and the
+// pod's device with both addresses; for an IPv4 and an IPv6 flow, each
+// steered stage runs in CPU 0's backlog exactly when the rule chose CPU 0
+// (first choice), not when CPU 0 is published busy (second choice); every
+// datagram arrives in order; disable leaves host and pod as they were.
+func TestSteerOnRoutedLayouts(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	for _, lay := range routedLayouts {
+		t.Run(lay.name, func(t *testing.T) {
+			remote, host, pod := buildRouted(t, lay)
+			d, err := discover(host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.tunnel.Name != lay.vxlan || !d.tunnel.Routed || d.tunnel.Underlay != "ens9" || len(d.endpoint) != 1 {
+				t.Fatalf("discovered tunnel %+v, endpoints %+v", d.tunnel, d.endpoint)
+			}
+			ep := d.endpoint[0]
+			slices.SortFunc(ep.ips, func(a, b netip.Addr) int { return a.Compare(b) })
+			if ep.dev != "eth0" || ep.netns != pod || !slices.Equal(ep.ips, []netip.Addr{podV4, podV6}) {
+				t.Fatalf("endpoint %+v, want eth0 in %s with %v and %v", ep, pod, podV4, podV6)
+			}
+			beforeH, beforeP := snapshotNS(t, host), snapshotNS(t, pod)
+			stageIfindex := map[string]uint32{"vxlan": uint32(d.vxIndex), "veth": uint32(ep.ifindex)}
+			for _, fam := range []struct {
+				name     string
+				src, dst netip.Addr
+			}{{"ipv4", remoteV4, podV4}, {"ipv6", remoteV6, podV6}} {
+				dst := netip.AddrPortFrom(fam.dst, 7000)
+				rx := listenIn(t, pod, dst)
+				for _, stage := range []string{"vxlan", "veth"} {
+					t.Run(fam.name+"/"+stage, func(t *testing.T) {
+						steerRoutedStage(t, host, remote, fam.src, dst, rx, stage, stageIfindex[stage])
+						if h, p := snapshotNS(t, host), snapshotNS(t, pod); h != beforeH || p != beforeP {
+							t.Errorf("kernel state differs after disable:\nhost before %s\nafter %s\npod before %s\nafter %s", beforeH, h, beforeP, p)
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// steerRoutedStage steers one stage for a flow from src whose hash puts
+// that stage on CPU 0, and checks where it ran (the sender is pinned to
+// CPU 1, where the unsteered stages run).
+func steerRoutedStage(t *testing.T, host, remote string, src netip.Addr, dst netip.AddrPort, rx *net.UDPConn, stage string, stageID uint32) {
+	const n = 500
+	var tx *net.UDPConn
+	for p := uint16(20000); p < 20100 && tx == nil; p++ {
+		h := FlowHash(src, dst.Addr(), p, dst.Port(), unix.IPPROTO_UDP)
+		if i, _ := Choose(ChoiceInput{FlowHash: h, Stage: stageID, CPUs: []int{0, 1}, Loads: []float64{0, 0}, Threshold: 0.85, On: true}); i == 0 {
+			tx = listenIn(t, remote, netip.AddrPortFrom(src, p))
+		}
+	}
+	if tx == nil {
+		t.Fatal("no sender port whose flow hashes to CPU 0")
+	}
+	state := filepath.Join(t.TempDir(), "steer.json")
+	t.Cleanup(func() {
+		if err := Disable(state); err != nil {
+			t.Errorf("disable: %v", err)
+		}
+	})
+	if _, err := Enable(Options{Netns: host, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Hysteresis: 0.1,
+		Stages: []string{stage}, StateFile: state}); err != nil {
+		t.Fatal(err)
+	}
+	// Steering S2 moves S3 too (the pod's device has no RPS: its
+	// netif_rx queues to the current CPU's backlog).
+	want := float64(n)
+	if stage == "vxlan" {
+		want = 2 * n
+	}
+	for _, c := range []struct {
+		name  string
+		loads map[int]float64
+		cpu0  bool
+	}{
+		{"first choice", map[int]float64{0: 0.1, 1: 0.1}, true},
+		{"second choice", map[int]float64{0: 0.95, 1: 0.1}, false},
+	} {
+		if err := Loads(state, c.loads, true); err != nil {
+			t.Fatal(err)
+		}
+		got := backlogPackets(t, func() { sendSeq(t, tx, rx, dst.String(), n, 1) })
+		t.Logf("%s %s: backlog packets per CPU %v", stage, c.name, got)
+		if c.cpu0 && got[0] < want-10 {
+			t.Errorf("%s: CPU 0 backlog ran %v packets, want the stage's %v", c.name, got[0], want)
+		}
+		if !c.cpu0 && got[0] >= n/2 {
+			t.Errorf("%s: CPU 0 backlog ran %v packets, want (almost) none", c.name, got[0])
+		}
+	}
+	st, err := ReadStatus(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (no_flow may count the namespaces' own IPv6 link-local chatter.)
+	if st.Counters["first"] < n || st.Counters["second"] < n {
+		t.Errorf("counters %v: want >= %d first and second choices", st.Counters, n)
+	}
+	if err := Disable(state); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSteerHelperProcess is not a test: TestSteerInCallersNamespace runs
+// the test binary inside a namespace (nsenter) with this function
+// selected, to enable or disable steering there as an operator's rxlane
+// does on a real host (no --netns: the caller's own namespace).
+func TestSteerHelperProcess(t *testing.T) {
+	op, state := os.Getenv("RXLANE_STEER_HELPER"), os.Getenv("RXLANE_STEER_STATE")
+	if op == "" {
+		return // run as a test: nothing to do
+	}
+	var err error
+	switch op {
+	case "enable":
+		_, err = Enable(Options{CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Hysteresis: 0.1, StateFile: state})
+	case "disable":
+		err = Disable(state)
+	default:
+		err = fmt.Errorf("unknown op %q", op)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// TestSteerInCallersNamespace: with no namespace given, enable steers the
+// caller's own namespace (Calico's layout here, entered with nsenter as a
+// host's root namespace would be): the program on the VXLAN device and
+// RPS on it and on the pod's device; disable restores both namespaces.
+func TestSteerInCallersNamespace(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("skipping: nsenter (util-linux) not installed")
+	}
+	_, host, pod := buildRouted(t, routedLayouts[0])
+	beforeH, beforeP := snapshotNS(t, host), snapshotNS(t, pod)
+	state := filepath.Join(t.TempDir(), "steer.json")
+	run := func(op string) error {
+		cmd := exec.Command("nsenter", "--net=/run/netns/"+host, os.Args[0], "-test.run=^TestSteerHelperProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "RXLANE_STEER_HELPER="+op, "RXLANE_STEER_STATE="+state)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s in %s: %w\n%s", op, host, err, out)
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(state); err == nil {
+			if err := run("disable"); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err := run("enable"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := loadState(state)
+	if err != nil || st == nil {
+		t.Fatalf("state: %v %v", st, err)
+	}
+	if st.Netns != "" || len(st.Stages) != 2 || st.Stages[0].Device != "vxlan.calico" || st.Stages[1].Device != "eth0" || st.Stages[1].Netns != pod {
+		t.Fatalf("state %+v", st)
+	}
+	var rps string
+	if err := testbed.DoSysfsNamed(host, func() error {
+		b, err := os.ReadFile("/sys/class/net/vxlan.calico/queues/rx-0/rps_cpus")
+		rps = string(b)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if h := snapshotNS(t, host); h == beforeH || strings.Trim(rps, "0\n,") != "3" {
+		t.Errorf("enable changed nothing in %s (vxlan.calico rps_cpus %q)", host, rps)
+	}
+	if err := run("disable"); err != nil {
+		t.Fatal(err)
+	}
+	if h, p := snapshotNS(t, host), snapshotNS(t, pod); h != beforeH || p != beforeP {
+		t.Errorf("kernel state differs after disable:\nhost before %s\nafter %s\npod before %s\nafter %s", beforeH, h, beforeP, p)
+	}
+}
