@@ -274,12 +274,13 @@ static __always_inline __u32 segs_of(struct __sk_buff *skb)
 	return s ? s : 1;
 }
 
-SEC("tc")
-int steer_ingress(struct __sk_buff *skb)
+/* steer_skb is the tc program body; devkey is the key of this device in
+ * steer_devs. */
+static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 {
-	__u32 zero = 0, ifindex = skb->ifindex;
+	__u32 zero = 0;
 	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
-	struct steer_dev *dev = bpf_map_lookup_elem(&steer_devs, &ifindex);
+	struct steer_dev *dev = bpf_map_lookup_elem(&steer_devs, &devkey);
 
 	if (!cfg || !dev || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS) {
 		count(S_NO_DEV);
@@ -474,6 +475,23 @@ int steer_ingress(struct __sk_buff *skb)
 		f->rps_hash = wh;
 	}
 	return TC_ACT_UNSPEC;
+}
+
+/* steer_ingress, on the tc ingress of a stage's device in the state's
+ * namespace (the VXLAN device; the underlay when it is there too). */
+SEC("tc")
+int steer_ingress(struct __sk_buff *skb)
+{
+	return steer_skb(skb, skb->ifindex);
+}
+
+/* steer_entry, on the tc ingress of the underlay: its key in steer_devs
+ * is marked, because with Docker's overlay the underlay is in another
+ * namespace than the VXLAN device and their ifindexes may be equal. */
+SEC("tc")
+int steer_entry(struct __sk_buff *skb)
+{
+	return steer_skb(skb, skb->ifindex | STEER_DEV_KEY_WIRE);
 }
 
 /* steer_done, on the tc ingress of each container device (the last

@@ -57,7 +57,11 @@ struct steer_cpu {
 	__u32 load; /* permille, smoothed, written by the Go sampler */
 };
 
-/* A device the program is attached to, by ifindex. Go twin: steerDev. */
+/* Key bit of an underlay in steer_devs (steer_entry). Go: devKeyWire */
+#define STEER_DEV_KEY_WIRE 0x80000000U
+
+/* A device the program is attached to, by ifindex (| STEER_DEV_KEY_WIRE
+ * for the underlay). Go twin: steerDev. */
 struct steer_dev {
 	__u32 stage_id; /* ifindex of the next stage's device */
 	__u32 flags;    /* STEER_DEV_* */

@@ -2,40 +2,18 @@ package datapath
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"net/netip"
-	"path/filepath"
-	"runtime"
 	"testing"
 
+	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
 // newNamedNS creates a uniquely named namespace, removed in cleanup.
-func newNamedNS(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := "rxlanes-" + hex.EncodeToString(b)
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // the thread ends in the new netns: never unlocked
-		h, err := netns.NewNamed(name)
-		if err == nil {
-			h.Close()
-		}
-		done <- err
-	}()
-	if err := <-done; err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	t.Cleanup(func() { netns.DeleteNamed(name) })
-	return filepath.Join("/run/netns", name)
-}
+func newNamedNS(t *testing.T) string { return testbedtest.NewNamedNS(t, "rxlanes") }
 
 // TestDiscoverCalicoLike builds a Calico-like routed layout (vxlan.calico
 // without a master, a /32 route per pod on a cali* veth, the pod's MAC in

@@ -11,108 +11,7 @@ import (
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
-
-// dockerOverlay builds the layout of Docker's overlay driver in fresh
-// namespaces: the host's underlay (eth0, to a remote host), a sandbox
-// namespace holding the bridge br0, the VXLAN device vxlan0 (created in
-// the host namespace, so its UDP socket stays there, then moved into the
-// sandbox, as Docker does) and veth0, whose other end is eth0 of a
-// container. The remote host's VXLAN device stands in for a remote
-// container (10.77.0.1). Returns the namespace files.
-func dockerOverlay(t *testing.T) (remote, host, sandbox, ctr string) {
-	t.Helper()
-	remote, host, sandbox, ctr = newNamedNS(t), newNamedNS(t), newNamedNS(t), newNamedNS(t)
-	open := func(p string) netlink.NsFd {
-		h, err := netns.GetFromPath(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		return netlink.NsFd(h)
-	}
-	ip := func(s string) *netlink.Addr { a, _ := netlink.ParseAddr(s); return a }
-	up := func(name, addr string) error {
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return err
-		}
-		if addr != "" {
-			if err := netlink.AddrAdd(l, ip(addr)); err != nil {
-				return err
-			}
-		}
-		return netlink.LinkSetUp(l)
-	}
-	steps := []struct {
-		ns string
-		fn func() error
-	}{
-		{remote, func() error {
-			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0", PeerNamespace: open(host)}); err != nil {
-				return err
-			}
-			if err := up("eth0", "198.18.77.1/24"); err != nil {
-				return err
-			}
-			if err := netlink.LinkAdd(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vxr", MTU: 1450, HardwareAddr: ctaMAC},
-				VxlanId: 4242, SrcAddr: net.IPv4(198, 18, 77, 1), Group: net.IPv4(198, 18, 77, 2), Port: 4789}); err != nil {
-				return err
-			}
-			if err := up("vxr", "10.77.0.1/24"); err != nil {
-				return err
-			}
-			v, _ := netlink.LinkByName("vxr")
-			return netlink.NeighAdd(&netlink.Neigh{LinkIndex: v.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
-				IP: net.IPv4(10, 77, 0, 2), HardwareAddr: ctbMAC})
-		}},
-		{host, func() error {
-			if err := up("eth0", "198.18.77.2/24"); err != nil {
-				return err
-			}
-			return netlink.LinkAdd(&netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vxlan0", MTU: 1450, Namespace: open(sandbox)},
-				VxlanId: 4242, SrcAddr: net.IPv4(198, 18, 77, 2), Group: net.IPv4(198, 18, 77, 1), Port: 4789, Learning: true})
-		}},
-		{sandbox, func() error {
-			if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}); err != nil {
-				return err
-			}
-			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0", MTU: 1450}, PeerName: "eth0",
-				PeerHardwareAddr: ctbMAC, PeerNamespace: open(ctr)}); err != nil {
-				return err
-			}
-			br, _ := netlink.LinkByName("br0")
-			for _, d := range []string{"vxlan0", "veth0"} {
-				l, err := netlink.LinkByName(d)
-				if err != nil {
-					return err
-				}
-				if err := netlink.LinkSetMaster(l, br); err != nil {
-					return err
-				}
-				if err := up(d, ""); err != nil {
-					return err
-				}
-			}
-			return up("br0", "")
-		}},
-		{ctr, func() error {
-			if err := up("eth0", "10.77.0.2/24"); err != nil {
-				return err
-			}
-			l, _ := netlink.LinkByName("eth0")
-			return netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
-				IP: net.IPv4(10, 77, 0, 1), HardwareAddr: ctaMAC})
-		}},
-	}
-	for _, s := range steps {
-		if err := inNetns(s.ns, s.fn); err != nil {
-			t.Fatalf("build %s: %v", filepath.Base(s.ns), err)
-		}
-	}
-	return remote, host, sandbox, ctr
-}
 
 // TestLaneOnDockerOverlay enables the lane inside a Docker-overlay-like
 // sandbox namespace, whose VXLAN device has no underlay there: the lane
@@ -123,7 +22,7 @@ func dockerOverlay(t *testing.T) (remote, host, sandbox, ctr string) {
 // refused with the reason, and disable leaves the sandbox as it was.
 func TestLaneOnDockerOverlay(t *testing.T) {
 	requireBPF(t)
-	remote, _, sandbox, ctr := dockerOverlay(t)
+	remote, _, sandbox, ctr := testbedtest.DockerOverlay(t)
 	opts := Options{Netns: sandbox, StateFile: filepath.Join(t.TempDir(), "datapath.json")}
 	t.Cleanup(func() { Disable(opts) })
 	var rules policy.Set
@@ -145,7 +44,7 @@ func TestLaneOnDockerOverlay(t *testing.T) {
 	if len(topo.Tunnels) != 1 || topo.Tunnels[0].Underlay != "" || topo.Tunnels[0].VNI != 4242 || topo.Tunnels[0].Routed {
 		t.Fatalf("tunnels: %+v", topo.Tunnels)
 	}
-	if len(topo.Endpoints) != 1 || topo.Endpoints[0].Dev != "veth0" || !bytes.Equal(topo.Endpoints[0].MAC, ctbMAC) {
+	if len(topo.Endpoints) != 1 || topo.Endpoints[0].Dev != "veth0" || !bytes.Equal(topo.Endpoints[0].MAC, testbedtest.DockerCtrMAC) {
 		t.Fatalf("endpoints: %+v", topo.Endpoints)
 	}
 	if s := topo.Endpoints[0].Skip; s != "" {

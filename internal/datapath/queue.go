@@ -143,8 +143,20 @@ func PeerNetns(nsid int) (string, error) {
 			}
 		}
 	}
-	return "", fmt.Errorf("no namespace file for netns id %d in %v", nsid, netnsDirs)
+	// The host's own namespace (Docker creates its overlay's VXLAN
+	// devices there) has no file in those directories.
+	if h, err := netns.GetFromPath(initNetns); err == nil {
+		id, err := netlink.GetNetNsIdByFd(int(h))
+		h.Close()
+		if err == nil && id == nsid {
+			return initNetns, nil
+		}
+	}
+	return "", fmt.Errorf("no namespace file for netns id %d in %v or %s", nsid, netnsDirs, initNetns)
 }
+
+// initNetns is the namespace of the first process: the host's.
+const initNetns = "/proc/1/ns/net"
 
 // vethPeer finds the other end of a veth: the file of the namespace it
 // lives in (found through the link's IFLA_LINK_NETNSID among netnsDirs)

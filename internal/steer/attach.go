@@ -259,9 +259,13 @@ type endpoint struct {
 }
 
 type discovered struct {
-	tunnel   datapath.Tunnel
-	vxIndex  int
-	endpoint []endpoint
+	tunnel  datapath.Tunnel
+	vxIndex int
+	// underlayNS is the namespace of tunnel.Underlay: the host namespace
+	// itself, or (Docker's overlay) the one the VXLAN device was created
+	// in, which keeps its UDP socket.
+	underlayNS string
+	endpoint   []endpoint
 }
 
 // discover finds, in the host namespace, the VXLAN device, its underlay
@@ -270,9 +274,13 @@ type discovered struct {
 // when its underlay is in the same namespace), the veths the routes to the
 // pods leave through for a routed one (Flannel's flannel.1 -> cni0,
 // Calico's vxlan.calico -> /32 on cali*). A bridged tunnel is preferred
-// when there are both.
+// when there are both. Docker's overlay driver keeps the bridge and the
+// VXLAN device in a sandbox namespace but the device's UDP socket, and so
+// its underlay, in the namespace that created it: the underlay is then
+// looked up there (see underlayElsewhere).
 func discover(hostNS string) (discovered, error) {
-	var d discovered
+	d := discovered{underlayNS: hostNS}
+	var linkNsid int
 	err := inNetnsSysfs(hostNS, func() error {
 		topo, err := datapath.Discover()
 		if err != nil {
@@ -286,13 +294,29 @@ func discover(hostNS string) (discovered, error) {
 			}
 		}
 		if d.tunnel.Name == "" {
+			// Docker: a bridged tunnel whose link is in another namespace.
+			for _, tn := range topo.Tunnels {
+				l, err := netlink.LinkByIndex(tn.Ifindex)
+				if err == nil && !tn.Routed && l.Attrs().NetNsID >= 0 && len(tn.Peers) > 0 && d.tunnel.Name == "" {
+					d.tunnel, linkNsid = tn, l.Attrs().NetNsID
+				}
+			}
+		}
+		if d.tunnel.Name == "" {
 			where := hostNS
 			if where == "" {
 				where = "this namespace"
 			}
-			return fmt.Errorf("steer: no VXLAN device with an underlay in %s (bridged, or routed to local veths)", where)
+			return fmt.Errorf("steer: no VXLAN device with an underlay in %s (bridged, routed to local veths, or Docker's sandbox)", where)
 		}
 		d.vxIndex = d.tunnel.Ifindex
+		if d.tunnel.Underlay == "" {
+			ns, err := peerNetnsName(linkNsid)
+			if err != nil {
+				return fmt.Errorf("steer: find the namespace of %s's UDP socket: %w", d.tunnel.Name, err)
+			}
+			d.underlayNS = ns
+		}
 		byPort := map[int]int{} // host-side ifindex -> d.endpoint index
 		for _, ep := range topo.Endpoints {
 			if ep.VNI != d.tunnel.VNI || (d.tunnel.Routed && !ep.IP.IsValid()) {
@@ -333,6 +357,11 @@ func discover(hostNS string) (discovered, error) {
 	if err != nil {
 		return d, err
 	}
+	if d.tunnel.Underlay == "" {
+		if d.tunnel.Underlay, err = underlayElsewhere(d.underlayNS, d.tunnel); err != nil {
+			return d, err
+		}
+	}
 	for i := range d.endpoint {
 		e := &d.endpoint[i]
 		if err := inNetnsSysfs(e.netns, func() error {
@@ -347,6 +376,26 @@ func discover(hostNS string) (discovered, error) {
 		}
 	}
 	return d, nil
+}
+
+// underlayElsewhere finds, in the namespace ns that holds the VXLAN
+// device's UDP socket, the device its packets arrive on: the route to the
+// tunnel's first peer.
+func underlayElsewhere(ns string, tn datapath.Tunnel) (string, error) {
+	var dev string
+	err := inNetnsSysfs(ns, func() error {
+		rs, err := netlink.RouteGet(tn.Peers[0].AsSlice())
+		if err != nil || len(rs) == 0 {
+			return fmt.Errorf("steer: no route to %s's peer %s in %s: %v", tn.Name, tn.Peers[0], ns, err)
+		}
+		l, err := netlink.LinkByIndex(rs[0].LinkIndex)
+		if err != nil {
+			return fmt.Errorf("steer: find the underlay to %s in %s: %w", tn.Peers[0], ns, err)
+		}
+		dev = l.Attrs().Name
+		return nil
+	})
+	return dev, err
 }
 
 // setRPS writes mask to every rx queue of dev, journaling the old values.
@@ -468,18 +517,19 @@ func Enable(o Options) (st *State, err error) {
 	mask := CPUMask(o.CPUs)
 	want := func(s string) bool { return slices.Contains(o.Stages, s) }
 	type att struct {
-		dev string
-		cfg steerDev
+		netns, dev string
+		cfg        steerDev
+		wire       bool // the underlay: steer_entry, key | devKeyWire
 	}
 	var atts []att
 	if want("vxlan") {
 		st.Stages = append(st.Stages, Stage{Name: "vxlan", Netns: o.Netns, Device: d.tunnel.Name, Ifindex: d.vxIndex, Via: d.tunnel.Underlay})
-		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry}})
+		atts = append(atts, att{d.underlayNS, d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry}, true})
 	} else if o.FirstStage != "" {
 		// The entry numbers packets for the guard at the underlay, where
 		// steer_xdp's mark is still readable; S2 is not steered (no RPS
 		// on the VXLAN device: the written hash has no effect).
-		atts = append(atts, att{d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry | devOff}})
+		atts = append(atts, att{d.underlayNS, d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry | devOff}, true})
 	}
 	if want("veth") && len(d.endpoint) > 0 {
 		for _, e := range d.endpoint {
@@ -505,7 +555,7 @@ func Enable(o Options) (st *State, err error) {
 		if !want("vxlan") && o.FirstStage == "" {
 			dv.Flags |= devEntry
 		}
-		atts = append(atts, att{d.tunnel.Name, dv})
+		atts = append(atts, att{o.Netns, d.tunnel.Name, dv, false})
 	}
 	if len(d.endpoint) == 0 {
 		st.Warnings = append(st.Warnings, "no container endpoint found behind "+d.tunnel.Name+" (no veth port on its bridge, or no route with a resolved neighbour to a local veth): "+
@@ -517,6 +567,9 @@ func Enable(o Options) (st *State, err error) {
 	if o.FirstStage != "" {
 		if len(d.endpoint) == 0 {
 			return st, errors.New("steer: first-stage offload needs a container endpoint behind the bridge (the guard's delivery hook)")
+		}
+		if d.underlayNS != o.Netns {
+			return st, fmt.Errorf("steer: first-stage offload needs the underlay in the same namespace; %s's underlay %s is in %s (Docker's overlay: steer the vxlan and veth stages only)", d.tunnel.Name, d.tunnel.Underlay, d.underlayNS)
 		}
 		st.FirstStage = &FirstStage{Device: d.tunnel.Underlay, CPUs: o.FirstCPUs}
 		if err := inNetnsSysfs(o.Netns, func() error {
@@ -566,30 +619,34 @@ func Enable(o Options) (st *State, err error) {
 			return st, err
 		}
 	}
-	err = inNetnsSysfs(o.Netns, func() error {
-		for _, a := range atts {
+	for _, a := range atts {
+		err := inNetnsSysfs(a.netns, func() error {
 			l, err := netlink.LinkByName(a.dev)
 			if err != nil {
 				return fmt.Errorf("find %s: %w", a.dev, err)
 			}
-			if err := objs.SteerDevs.Put(uint32(l.Attrs().Index), a.cfg); err != nil {
+			key, prog := uint32(l.Attrs().Index), objs.SteerIngress
+			if a.wire {
+				key, prog = key|devKeyWire, objs.SteerEntry
+			}
+			if err := objs.SteerDevs.Put(key, a.cfg); err != nil {
 				return fmt.Errorf("write steer devices: %w", err)
 			}
-			at, err := attach(steerFilter, a.dev, objs.SteerIngress)
+			at, err := attach(steerFilter, a.dev, prog)
 			if at.Device != "" {
+				if a.netns != o.Netns {
+					at.Netns = a.netns
+				}
 				st.Attachments = append(st.Attachments, at)
 				if serr := saveState(o.StateFile, st); serr != nil {
 					return errors.Join(err, serr)
 				}
 			}
-			if err != nil {
-				return err
-			}
+			return err
+		})
+		if err != nil {
+			return st, err
 		}
-		return nil
-	})
-	if err != nil {
-		return st, err
 	}
 	if fs := st.FirstStage; fs != nil {
 		if o.SenderTxOff {

@@ -145,3 +145,64 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 		t.Fatal("by MAC: an unknown MAC must keep the device's stage id")
 	}
 }
+
+// TestEntryKeyedApart: an underlay and a VXLAN device in different
+// namespaces (Docker's overlay) may have the same ifindex; steer_entry
+// reads the underlay's entry (key | devKeyWire) and steer_ingress the
+// VXLAN device's, so neither takes the other's configuration.
+func TestEntryKeyedApart(t *testing.T) {
+	requireBPF(t)
+	var o steerObjects
+	if err := loadSteerObjects(&o, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	const idx, vxIdx, ctIdx = 1, 5, 9 // both "devices" are lo (1) in a test run
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 2, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst, VxlanPort: 4789}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.SteerDevs.Put(uint32(idx|devKeyWire), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SteerDevs.Put(uint32(idx), steerDev{StageID: 77, Flags: devByMAC}); err != nil {
+		t.Fatal(err)
+	}
+	var k endpointKey
+	copy(k.MAC[:], ctrMAC)
+	if err := o.SteerEndpoints.Put(k, uint32(ctIdx)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		prog  *ebpf.Program
+		frame []byte
+		stage uint32
+	}{
+		{"entry on the underlay", o.SteerEntry, vxFrameFor(5000), vxIdx},
+		{"VXLAN device", o.SteerIngress, inner(5000, 17), ctIdx | stageCtr},
+	} {
+		if _, err := tc.prog.Run(&ebpf.RunOptions{Data: tc.frame}); err != nil {
+			t.Fatal(err)
+		}
+		fh := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), 5000, 7000, 17)
+		var f flowEntry
+		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: tc.stage}, &f); err != nil || f.Packets != 1 {
+			t.Fatalf("%s: no flow record for stage %#x (%v)", tc.name, tc.stage, err)
+		}
+	}
+	// Without its wire key the entry finds no device (the plain key is
+	// the VXLAN device's): counted no_dev, the hash left alone.
+	before := counters(t, o.SteerCounters)
+	o.SteerDevs.Delete(uint32(idx | devKeyWire))
+	if _, err := o.SteerEntry.Run(&ebpf.RunOptions{Data: vxFrameFor(5001)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := counters(t, o.SteerCounters); after[ReasonNoDev]-before[ReasonNoDev] != 1 {
+		t.Fatalf("steer_entry without its wire key: no_dev moved by %d, want 1", after[ReasonNoDev]-before[ReasonNoDev])
+	}
+}

@@ -11,68 +11,86 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openMaps finds the maps of the attached program through its tc filter.
+// openMaps finds the maps of the attached program through its tc filter
+// (on any steering device: the entry may be in another namespace than the
+// state's, as for Docker's overlay).
 func openMaps(st *State) (*steerMaps, error) {
-	var m *steerMaps
-	err := inNetnsSysfs(st.Netns, func() error {
-		for _, a := range st.Attachments {
-			if a.Done || a.Netns != "" {
-				continue
-			}
-			l, err := netlink.LinkByName(a.Device)
-			if err != nil {
-				continue
-			}
-			f, err := steerFilter.Find(l)
-			if err != nil || f == nil {
-				continue
-			}
-			prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
-			if err != nil {
-				return fmt.Errorf("open attached program %d: %w", f.Id, err)
-			}
-			defer prog.Close()
-			info, err := prog.Info()
-			if err != nil {
-				return fmt.Errorf("program info: %w", err)
-			}
-			ids, _ := info.MapIDs()
-			var o steerMaps
-			for _, id := range ids {
-				mp, err := ebpf.NewMapFromID(id)
-				if err != nil {
-					return fmt.Errorf("open map %d: %w", id, err)
-				}
-				mi, _ := mp.Info()
-				switch mi.Name {
-				case "steer_config":
-					o.SteerConfig = mp
-				case "steer_cpus":
-					o.SteerCpus = mp
-				case "steer_devs":
-					o.SteerDevs = mp
-				case "steer_endpoints":
-					o.SteerEndpoints = mp
-				case "steer_flows":
-					o.SteerFlows = mp
-				case "steer_counters":
-					o.SteerCounters = mp
-				case "steer_guards":
-					o.SteerGuards = mp
-				default:
-					mp.Close()
-				}
-			}
-			if o.SteerConfig == nil || o.SteerCpus == nil || o.SteerFlows == nil || o.SteerCounters == nil {
-				o.Close()
-				return errors.New("attached program is not rxlane's steer program")
-			}
-			m = &o
-			return nil
+	for _, a := range st.Attachments {
+		if a.Done {
+			continue
 		}
-		return ErrNotEnabled
-	})
-	return m, err
+		ns := st.Netns
+		if a.Netns != "" {
+			ns = a.Netns
+		}
+		var m *steerMaps
+		err := inNetnsSysfs(ns, func() (err error) {
+			m, err = mapsOf(a.Device)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			return m, nil
+		}
+	}
+	return nil, ErrNotEnabled
+}
+
+// mapsOf opens the maps of the steering program attached to dev (nil, nil
+// when there is none). Called inside dev's namespace.
+func mapsOf(dev string) (*steerMaps, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return nil, nil
+	}
+	f, err := steerFilter.Find(l)
+	if err != nil || f == nil {
+		return nil, nil
+	}
+	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
+	if err != nil {
+		return nil, fmt.Errorf("open attached program %d: %w", f.Id, err)
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		return nil, fmt.Errorf("program info: %w", err)
+	}
+	ids, _ := info.MapIDs()
+	var o steerMaps
+	for _, id := range ids {
+		mp, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			o.Close()
+			return nil, fmt.Errorf("open map %d: %w", id, err)
+		}
+		mi, _ := mp.Info()
+		switch mi.Name {
+		case "steer_config":
+			o.SteerConfig = mp
+		case "steer_cpus":
+			o.SteerCpus = mp
+		case "steer_devs":
+			o.SteerDevs = mp
+		case "steer_endpoints":
+			o.SteerEndpoints = mp
+		case "steer_flows":
+			o.SteerFlows = mp
+		case "steer_counters":
+			o.SteerCounters = mp
+		case "steer_guards":
+			o.SteerGuards = mp
+		default:
+			mp.Close()
+		}
+	}
+	if o.SteerConfig == nil || o.SteerCpus == nil || o.SteerFlows == nil || o.SteerCounters == nil {
+		o.Close()
+		return nil, errors.New("attached program is not rxlane's steer program")
+	}
+	return &o, nil
 }
 
 // Loads publishes per-CPU loads (by CPU number, 0..1) and the global

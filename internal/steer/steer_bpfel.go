@@ -108,6 +108,7 @@ const (
 	steerMapSteerFlows     = "steer_flows"
 	steerMapSteerGuards    = "steer_guards"
 	steerProgSteerDone     = "steer_done"
+	steerProgSteerEntry    = "steer_entry"
 	steerProgSteerIngress  = "steer_ingress"
 	steerProgSteerXdp      = "steer_xdp"
 	steerVarUnusedFlow     = "unused_flow"
@@ -158,6 +159,7 @@ type steerSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type steerProgramSpecs struct {
 	SteerDone    *ebpf.ProgramSpec `ebpf:"steer_done"`
+	SteerEntry   *ebpf.ProgramSpec `ebpf:"steer_entry"`
 	SteerIngress *ebpf.ProgramSpec `ebpf:"steer_ingress"`
 	SteerXdp     *ebpf.ProgramSpec `ebpf:"steer_xdp"`
 }
@@ -248,6 +250,7 @@ type steerVariables struct {
 // It can be passed to loadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type steerPrograms struct {
 	SteerDone    *ebpf.Program `ebpf:"steer_done"`
+	SteerEntry   *ebpf.Program `ebpf:"steer_entry"`
 	SteerIngress *ebpf.Program `ebpf:"steer_ingress"`
 	SteerXdp     *ebpf.Program `ebpf:"steer_xdp"`
 }
@@ -255,6 +258,7 @@ type steerPrograms struct {
 func (p *steerPrograms) Close() error {
 	return _SteerClose(
 		p.SteerDone,
+		p.SteerEntry,
 		p.SteerIngress,
 		p.SteerXdp,
 	)

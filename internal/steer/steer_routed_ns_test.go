@@ -1,8 +1,6 @@
 package steer
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -50,27 +48,9 @@ var (
 	remoteV6    = netip.MustParseAddr("fd00:7:1::1")
 )
 
-// newNamedNS creates a uniquely named namespace, removed in cleanup.
-func newNamedNS(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := "rxst-" + hex.EncodeToString(b)
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // the thread ends in the new netns: never unlocked
-		h, err := netns.NewNamed(name)
-		if err == nil {
-			h.Close()
-		}
-		done <- err
-	}()
-	if err := <-done; err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	t.Cleanup(func() { netns.DeleteNamed(name) })
-	return name
-}
+// newNamedNS creates a uniquely named namespace, removed in cleanup, and
+// returns its name.
+func newNamedNS(t *testing.T) string { return filepath.Base(testbedtest.NewNamedNS(t, "rxst")) }
 
 func inNS(t *testing.T, ns string, fn func() error) {
 	t.Helper()
@@ -302,7 +282,7 @@ func TestSteerOnRoutedLayouts(t *testing.T) {
 				rx := listenIn(t, pod, dst)
 				for _, stage := range []string{"vxlan", "veth"} {
 					t.Run(fam.name+"/"+stage, func(t *testing.T) {
-						steerRoutedStage(t, host, remote, fam.src, dst, rx, stage, stageIfindex[stage])
+						steerStageOnCPU0(t, host, remote, fam.src, dst, rx, stage, stageIfindex[stage])
 						if h, p := snapshotNS(t, host), snapshotNS(t, pod); h != beforeH || p != beforeP {
 							t.Errorf("kernel state differs after disable:\nhost before %s\nafter %s\npod before %s\nafter %s", beforeH, h, beforeP, p)
 						}
@@ -313,10 +293,11 @@ func TestSteerOnRoutedLayouts(t *testing.T) {
 	}
 }
 
-// steerRoutedStage steers one stage for a flow from src whose hash puts
-// that stage on CPU 0, and checks where it ran (the sender is pinned to
-// CPU 1, where the unsteered stages run).
-func steerRoutedStage(t *testing.T, host, remote string, src netip.Addr, dst netip.AddrPort, rx *net.UDPConn, stage string, stageID uint32) {
+// steerStageOnCPU0 steers one stage (steering enabled for host, a name or
+// a path) for a flow from src (a socket in remote) whose hash puts that
+// stage on CPU 0, and checks where it ran (the sender is pinned to CPU 1,
+// where the unsteered stages run).
+func steerStageOnCPU0(t *testing.T, host, remote string, src netip.Addr, dst netip.AddrPort, rx *net.UDPConn, stage string, stageID uint32) {
 	const n = 500
 	var tx *net.UDPConn
 	for p := uint16(20000); p < 20100 && tx == nil; p++ {
@@ -374,6 +355,56 @@ func steerRoutedStage(t *testing.T, host, remote string, src netip.Addr, dst net
 	}
 	if err := Disable(state); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSteerOnDockerOverlay: Docker's overlay layout (bridge and VXLAN
+// device in a sandbox namespace, the device's UDP socket and underlay in
+// the host's), enabled with the sandbox's path as an operator passes
+// /var/run/docker/netns/1-<id>: discovery finds the underlay in the host
+// namespace, the entry program goes there and the VXLAN device's program
+// into the sandbox; both stages run where the rule says; disable leaves
+// host, sandbox and container as they were.
+func TestSteerOnDockerOverlay(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	remoteP, hostP, sandboxP, ctrP := testbedtest.DockerOverlay(t)
+	remote, host, sandbox, ctr := filepath.Base(remoteP), filepath.Base(hostP), filepath.Base(sandboxP), filepath.Base(ctrP)
+	d, err := discover(sandboxP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.tunnel.Name != "vxlan0" || d.tunnel.Routed || d.tunnel.Underlay != "eth0" || d.underlayNS != host ||
+		len(d.endpoint) != 1 || d.endpoint[0].dev != "eth0" || d.endpoint[0].netns != ctr {
+		t.Fatalf("discovered tunnel %+v in %s, endpoints %+v", d.tunnel, d.underlayNS, d.endpoint)
+	}
+	before := func() []string { return []string{snapshotNS(t, host), snapshotNS(t, sandbox), snapshotNS(t, ctr)} }
+	b0 := before()
+	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(testbedtest.DockerCtrIP.To4())), 7000)
+	src := netip.AddrFrom4([4]byte(testbedtest.DockerRemoteIP.To4()))
+	rx := listenIn(t, ctr, dst)
+	for _, stage := range []string{"vxlan", "veth"} {
+		t.Run(stage, func(t *testing.T) {
+			id := uint32(d.vxIndex)
+			if stage == "veth" {
+				id = uint32(d.endpoint[0].ifindex)
+			}
+			steerStageOnCPU0(t, sandboxP, remote, src, dst, rx, stage, id)
+			if b := before(); !slices.Equal(b, b0) {
+				t.Errorf("kernel state differs after disable:\nbefore %v\nafter %v", b0, b)
+			}
+		})
+	}
+	// First-stage offload needs the underlay where the VXLAN device is.
+	_, err = Enable(Options{Netns: sandboxP, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, FirstStage: FirstStageCpumap,
+		StateFile: filepath.Join(t.TempDir(), "steer.json")})
+	if err == nil || !strings.Contains(err.Error(), "same namespace") {
+		t.Errorf("cpumap first stage with the underlay in another namespace: %v, want a refusal", err)
+	}
+	if b := before(); !slices.Equal(b, b0) {
+		t.Errorf("kernel state differs after the refused enable:\nbefore %v\nafter %v", b0, b)
 	}
 }
 

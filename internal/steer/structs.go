@@ -14,6 +14,10 @@ const (
 	devEntry         = 1 << 1
 	devOff           = 1 << 2
 	devByIP          = 1 << 3
+	// devKeyWire marks an underlay's key in steer_devs (steer_entry's
+	// devices): its ifindex may equal the VXLAN device's in another
+	// namespace (STEER_DEV_KEY_WIRE).
+	devKeyWire = 1 << 31
 	// stageXDP marks the XDP stage's flow key (STEER_STAGE_XDP | ifindex).
 	stageXDP = 1 << 31
 	// stageCtr marks a container device's stage (STEER_STAGE_CTR).
