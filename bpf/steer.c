@@ -274,6 +274,50 @@ static __always_inline __u32 segs_of(struct __sk_buff *skb)
 	return s ? s : 1;
 }
 
+/* rule_idx is get_falcon_cpu's choice (Algorithm 1, lines 17-27) while
+ * steering is on: the position in the CPU set of the first choice, or of
+ * the second when the first CPU is at or above the per-CPU threshold
+ * (dynamic). Go: Choose. */
+static __always_inline __u32 rule_idx(const struct steer_cfg *cfg, __u32 fh, __u32 stage, __u32 n, __u32 *reason)
+{
+	__u32 h1 = hash32(fh + stage);
+	__u32 idx = h1 % n;
+	if (!(cfg->flags & STEER_F_DYNAMIC)) {
+		*reason = S_STATIC;
+		return idx;
+	}
+	struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &idx);
+	if (c && c->load < cfg->threshold) {
+		*reason = S_FIRST;
+		return idx;
+	}
+	__u32 h2 = hash32(h1);
+	__u32 i2 = h2 % n;
+	if ((cfg->flags & STEER_F_EXCLUDE_FIRST) && i2 == idx && n > 1)
+		i2 = (idx + 1 + h2 % (n - 1)) % n;
+	*reason = S_SECOND;
+	return i2;
+}
+
+/* cpu_at is the CPU at position idx of the set (~0 if none). */
+static __always_inline __u32 cpu_at(__u32 idx)
+{
+	struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &idx);
+	return c ? c->cpu : ~0U;
+}
+
+/* endpoint_stage is the stage id of the device the inner destination
+ * leads to (by MAC behind a bridge, by address behind routing), or def. */
+static __always_inline __u32 endpoint_stage(__u32 flags, struct inner_keys *keys, __u32 def)
+{
+	__u32 *s = 0;
+	if (flags & STEER_DEV_BY_MAC)
+		s = bpf_map_lookup_elem(&steer_endpoints, &keys->mac);
+	else if (flags & STEER_DEV_BY_IP)
+		s = bpf_map_lookup_elem(&steer_ep_ip, &keys->ip);
+	return s ? *s : def;
+}
+
 /* steer_skb is the tc program body; devkey is the key of this device in
  * steer_devs. */
 static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
@@ -293,20 +337,10 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 		count(S_NO_FLOW);
 		return TC_ACT_UNSPEC;
 	}
-	__u32 stage = dev->stage_id;
-	if (dev->flags & STEER_DEV_BY_MAC) {
-		__u32 *s = bpf_map_lookup_elem(&steer_endpoints, &keys.mac);
-		if (s)
-			stage = *s;
-	} else if (dev->flags & STEER_DEV_BY_IP) {
-		__u32 *s = bpf_map_lookup_elem(&steer_ep_ip, &keys.ip);
-		if (s)
-			stage = *s;
-	}
+	__u32 stage = endpoint_stage(dev->flags, &keys, dev->stage_id);
 
 	/* get_falcon_cpu, Algorithm 1 lines 17-27. Go: Choose. */
-	__u32 h1 = hash32(fh + stage);
-	__u32 idx = h1 % n;
+	__u32 idx = hash32(fh + stage) % n;
 	__u32 reason;
 	__u32 cur = bpf_get_smp_processor_id();
 	bool entry = dev->flags & STEER_DEV_ENTRY;
@@ -330,19 +364,22 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 				break;
 			}
 		}
-	} else if (!(cfg->flags & STEER_F_DYNAMIC)) {
-		reason = S_STATIC;
 	} else {
-		struct steer_cpu *c = bpf_map_lookup_elem(&steer_cpus, &idx);
-		if (c && c->load < cfg->threshold) {
-			reason = S_FIRST;
-		} else {
-			__u32 h2 = hash32(h1);
-			__u32 i2 = h2 % n;
-			if ((cfg->flags & STEER_F_EXCLUDE_FIRST) && i2 == idx && n > 1)
-				i2 = (idx + 1 + h2 % (n - 1)) % n;
-			idx = i2;
-			reason = S_SECOND;
+		idx = rule_idx(cfg, fh, stage, n, &reason);
+		/* Every steered stage of this packet would run here, on the
+		 * CPU it is on: steering would only add RPS-to-self backlog
+		 * hops. Send it direct, the unsteered path (same CPUs). */
+		if (entry && (cfg->flags & STEER_F_LOCAL) && cpu_at(idx) == cur) {
+			bool local = true;
+			if (dev->flags & (STEER_DEV_CHAIN_MAC | STEER_DEV_CHAIN_IP)) {
+				__u32 r2, s2 = endpoint_stage((dev->flags & STEER_DEV_CHAIN_MAC) ? STEER_DEV_BY_MAC : STEER_DEV_BY_IP,
+							      &keys, dev->next_stage_id);
+				local = cpu_at(rule_idx(cfg, fh, s2, n, &r2)) == cur;
+			}
+			if (local) {
+				direct = true;
+				count(S_LOCAL);
+			}
 		}
 	}
 

@@ -16,6 +16,9 @@
 #define STEER_F_EXCLUDE_FIRST (1U << 2) /* second choice never the first */
 #define STEER_F_NO_GUARD (1U << 3)      /* switch at once (tests: reorders) */
 #define STEER_F_FIRST_ON (1U << 4)      /* XDP: redirect to the first-stage CPUs */
+/* Go: flagLocal. The entry sends a packet direct when every stage it
+ * steers would run on the CPU it is on (no RPS-to-self hops). */
+#define STEER_F_LOCAL (1U << 5)
 
 #define STEER_MAP_TYPE_CPUMAP 16  /* BPF_MAP_TYPE_CPUMAP */
 #define STEER_META_MAGIC 0x52584c31U /* "RXL1": XDP metadata, packet saw steer_xdp */
@@ -33,6 +36,12 @@
 #define STEER_DEV_ENTRY (1U << 1)  /* first steering point: numbers packets */
 #define STEER_DEV_OFF (1U << 2)    /* number only: the next stage is not steered */
 #define STEER_DEV_BY_IP (1U << 3)  /* next stage found by inner dst address (routed) */
+/* The next device steers the stage after it by inner dst MAC / address
+ * (its default stage id in next_stage_id): the entry checks that stage
+ * too before it sends a packet direct (STEER_F_LOCAL). Go: devChainMAC,
+ * devChainIP */
+#define STEER_DEV_CHAIN_MAC (1U << 4)
+#define STEER_DEV_CHAIN_IP (1U << 5)
 
 /* The one configuration entry. Go twin: steerConfig. */
 struct steer_cfg {
@@ -66,7 +75,7 @@ struct steer_dev {
 	__u32 stage_id; /* ifindex of the next stage's device */
 	__u32 flags;    /* STEER_DEV_* */
 	__u32 encap;    /* 1: packets here are still VXLAN-encapsulated */
-	__u32 pad;
+	__u32 next_stage_id; /* with STEER_DEV_CHAIN_*: the next device's stage_id */
 };
 
 /* Inner destination MAC -> stage id of that endpoint's device.
@@ -148,7 +157,8 @@ enum steer_reason {
 	S_DEFERRED = 6, /* a change of CPU deferred by the in-flight guard */
 	S_SWITCH = 7,   /* a change of CPU committed */
 	S_DONE = 8,     /* packets seen by the done hook */
-	S_MAX = 9,
+	S_LOCAL = 9,    /* sent direct: every steered stage on this CPU anyway */
+	S_MAX = 10,
 };
 
 #endif

@@ -102,6 +102,10 @@ type Options struct {
 	// NoGuard switches a flow's stage CPU at once, without waiting for its
 	// packets in flight (reorders; for tests and demonstrations).
 	NoGuard bool
+	// NoLocal keeps steering a packet through RPS even when every stage
+	// it steers would run on the CPU it is on (RPS-to-self hops; for
+	// comparisons). By default such a packet is sent direct.
+	NoLocal bool
 }
 
 // RPSChange is one rps_cpus file Enable wrote, with its previous content.
@@ -505,6 +509,9 @@ func Enable(o Options) (st *State, err error) {
 	if o.NoGuard {
 		flags |= flagNoGuard
 	}
+	if !o.NoLocal {
+		flags |= flagLocal
+	}
 	if err := objs.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
 		Flags: flags, VxlanPort: uint32(d.tunnel.Port), IdleMs: idleMs, SettleNs: settleNs}); err != nil {
 		return st, fmt.Errorf("write steer config: %w", err)
@@ -554,6 +561,17 @@ func Enable(o Options) (st *State, err error) {
 		}
 		if !want("vxlan") && o.FirstStage == "" {
 			dv.Flags |= devEntry
+		}
+		// The entry checks this device's choice too before it sends a
+		// packet direct (flagLocal).
+		for i := range atts {
+			if atts[i].cfg.Flags&devEntry != 0 {
+				atts[i].cfg.NextStageID = dv.StageID
+				atts[i].cfg.Flags |= devChainMAC
+				if d.tunnel.Routed {
+					atts[i].cfg.Flags ^= devChainMAC | devChainIP
+				}
+			}
 		}
 		atts = append(atts, att{o.Netns, d.tunnel.Name, dv, false})
 	}

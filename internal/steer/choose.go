@@ -46,10 +46,11 @@ const (
 	CountDeferred // a change of CPU deferred by the in-flight guard
 	CountSwitch   // a change of CPU committed
 	CountDone     // packets seen by the done hook (delivered)
+	CountLocal    // sent direct: every steered stage on the current CPU anyway
 	numReasons
 )
 
-var reasonNames = [...]string{"first", "second", "off", "static", "no_flow", "no_dev", "guard_deferred", "switches", "delivered"}
+var reasonNames = [...]string{"first", "second", "off", "static", "no_flow", "no_dev", "guard_deferred", "switches", "delivered", "local"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {

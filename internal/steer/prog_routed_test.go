@@ -3,9 +3,11 @@ package steer
 import (
 	"encoding/binary"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 func ip6(src, dst string, next uint8, payload []byte) []byte {
@@ -204,5 +206,78 @@ func TestEntryKeyedApart(t *testing.T) {
 	}
 	if after := counters(t, o.SteerCounters); after[ReasonNoDev]-before[ReasonNoDev] != 1 {
 		t.Fatalf("steer_entry without its wire key: no_dev moved by %d, want 1", after[ReasonNoDev]-before[ReasonNoDev])
+	}
+}
+
+// TestLocalGoesDirect: with flagLocal the entry sends a packet direct
+// (hash 0: no RPS anywhere, the unsteered path) exactly when the rule puts
+// every stage it steers on the CPU the packet is on, the next device's
+// stage (found by inner MAC) included; otherwise it steers as without the
+// flag. Go's Choose is the reference for both stages.
+func TestLocalGoesDirect(t *testing.T) {
+	requireBPF(t)
+	var o steerObjects
+	if err := loadSteerObjects(&o, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set unix.CPUSet
+	set.Set(0)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	cpus := []int{0, 1}
+	const devIdx, vxIdx, ctIdx = 1, 5, 9
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 2, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flagLocal, VxlanPort: 4789}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cpus {
+		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry | devChainMAC, NextStageID: 77}); err != nil {
+		t.Fatal(err)
+	}
+	var k endpointKey
+	copy(k.MAC[:], ctrMAC)
+	if err := o.SteerEndpoints.Put(k, uint32(ctIdx)); err != nil {
+		t.Fatal(err)
+	}
+	before := counters(t, o.SteerCounters)
+	direct, steered := 0, 0
+	for sport := uint16(5000); sport < 5064; sport++ {
+		if _, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: vxFrameFor(sport)}); err != nil {
+			t.Fatal(err)
+		}
+		fh := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
+		in := ChoiceInput{FlowHash: fh, CPUs: cpus, Loads: []float64{0, 0}, Threshold: 0.85, On: true, ExcludeFirst: true}
+		in.Stage = vxIdx
+		s2, _ := Choose(in)
+		in.Stage = ctIdx
+		s3, _ := Choose(in)
+		var f flowEntry
+		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: vxIdx}, &f); err != nil {
+			t.Fatalf("port %d: not recorded: %v", sport, err)
+		}
+		if cpus[s2] == 0 && cpus[s3] == 0 {
+			direct++
+			if f.RPSHash != 0 || f.Committed != committedDirect || f.CPU != 0 {
+				t.Fatalf("port %d: both stages on this CPU 0, want direct; hash %#x committed %#x cpu %d", sport, f.RPSHash, f.Committed, f.CPU)
+			}
+			continue
+		}
+		steered++
+		if f.RPSHash == 0 || RPSIndex(f.RPSHash, len(cpus)) != s2 {
+			t.Fatalf("port %d: stages on CPUs %d, %d: want steered to position %d, hash %#x", sport, cpus[s2], cpus[s3], s2, f.RPSHash)
+		}
+	}
+	if direct == 0 || steered == 0 {
+		t.Fatalf("the ports gave %d direct and %d steered flows: want both kinds", direct, steered)
+	}
+	if got := counters(t, o.SteerCounters)[CountLocal] - before[CountLocal]; got != uint64(direct) {
+		t.Fatalf("local counter moved by %d, want %d", got, direct)
 	}
 }

@@ -38,11 +38,11 @@ type steerSteerCpumapVal struct {
 }
 
 type steerSteerDev struct {
-	_       structs.HostLayout
-	StageId uint32
-	Flags   uint32
-	Encap   uint32
-	Pad     uint32
+	_           structs.HostLayout
+	StageId     uint32
+	Flags       uint32
+	Encap       uint32
+	NextStageId uint32
 }
 
 type steerSteerEpKey struct {

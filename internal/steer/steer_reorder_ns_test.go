@@ -265,6 +265,9 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 		tcpGap bool
 	}{
 		{"guard", Options{}, true, false, false, false},
+		// every choice through RPS, even to the packet's own CPU: more
+		// CPU switches between steered placements for the guard
+		{"guard-nolocal", Options{NoLocal: true}, true, false, false, false},
 		{"cpumap-guard", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, true, false, false, true},
 		{"guard-heavy-tcp", Options{}, true, true, false, false},
 		{"no-guard", Options{NoGuard: true}, false, false, false, false},

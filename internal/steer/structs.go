@@ -10,10 +10,13 @@ const (
 	flagExcludeFirst = 1 << 2
 	flagNoGuard      = 1 << 3
 	flagFirstOn      = 1 << 4
+	flagLocal        = 1 << 5
 	devByMAC         = 1 << 0
 	devEntry         = 1 << 1
 	devOff           = 1 << 2
 	devByIP          = 1 << 3
+	devChainMAC      = 1 << 4
+	devChainIP       = 1 << 5
 	// devKeyWire marks an underlay's key in steer_devs (steer_entry's
 	// devices): its ifindex may equal the VXLAN device's in another
 	// namespace (STEER_DEV_KEY_WIRE).
@@ -67,7 +70,8 @@ type steerDev struct {
 	StageID uint32
 	Flags   uint32
 	Encap   uint32
-	Pad     uint32
+	// NextStageID: with devChain*, the next device's StageID.
+	NextStageID uint32
 }
 
 // endpointKey is struct steer_ep_key.
