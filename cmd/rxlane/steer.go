@@ -180,7 +180,7 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 	cmd.Flags().StringVar(&o.FirstStage, "first-stage", "", `first-stage offload: "cpumap" attaches XDP (driver mode) to the underlay and redirects each flow to a cpumap CPU`)
 	cmd.Flags().StringVar(&firstCPUs, "first-cpus", "", "CPUs of the first stage with --first-stage cpumap (default: --cpus)")
 	cmd.Flags().BoolVar(&o.SenderTxOff, "sender-tx-off", false, "with --first-stage on a veth underlay whose peer is in an rxlane testbed: turn tx checksum offload off at the sending end (restored by disable)")
-	cmd.Flags().BoolVar(&o.NoLocal, "no-local", false, "steer through RPS even when every steered stage of a packet would run on the CPU it is on (default: such packets take the unsteered path)")
+	cmd.Flags().BoolVar(&o.Local, "local", false, "send a packet the unsteered path when every stage steering moves would run on the CPU it is on anyway (no RPS-to-self hops; see docs/steer.md for when it pays)")
 	cmd.Flags().BoolVar(&o.NoGuard, "no-guard", false, "switch a flow's stage CPU at once, without the in-flight guard (reorders; for demonstrations)")
 	cmd.Flags().MarkHidden("no-guard")
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep running: sample per-CPU load and publish it to the datapath")
@@ -254,7 +254,7 @@ func printSteerStatus(w io.Writer, st steer.Status) error {
 		fmt.Fprintf(tw, "%d\t%.1f%%\n", c.CPU, 100*c.Load)
 	}
 	fmt.Fprintln(tw, "\nCOUNTER\tPACKETS")
-	for _, name := range []string{"first", "second", "off", "static", "no_flow", "no_dev", "guard_deferred", "switches", "delivered"} {
+	for _, name := range []string{"first", "second", "off", "static", "no_flow", "no_dev", "guard_deferred", "switches", "delivered", "local"} {
 		fmt.Fprintf(tw, "%s\t%d\n", name, st.Counters[name])
 	}
 	tw.Flush()

@@ -36,7 +36,7 @@ func (c *compareFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&c.on, "compare", false, "vanilla vs steering in one run (static, dynamic, cpumap first stage; see docs/steer.md); default rates "+compareRates)
 	f.IntSliceVar(&c.flows, "flows", []int{1, 4}, "with --compare: numbers of injected flows")
 	f.StringSliceVar(&c.variants, "variants", []string{"vanilla", "norps", "static", "dynamic", "cpumap"},
-		"with --compare: configurations, vanilla first (vanilla: the testbed's layout; norps: no RPS on hostB's wire, the kernel's default; static, dynamic: tc + RPS steering; cpumap: XDP first-stage offload instead of the wire's RPS)")
+		"with --compare: configurations, vanilla first (vanilla: the testbed's layout; norps: no RPS on hostB's wire, the kernel's default; static, dynamic: tc + RPS steering; dynamic-local: dynamic with --local; cpumap: XDP first-stage offload instead of the wire's RPS)")
 	f.Float64Var(&c.probeRate, "probe-rate", 1000, "with --compare: requests/s of the UDP probe flow whose p99 is reported")
 }
 
@@ -91,6 +91,10 @@ func steerVariant(name string, rxCPU int) (bench.SteerVariant, error) {
 		return steerBenchVariant(name, "tc + RPS, vxlan and veth stages over CPUs 0-1, hash choice only", o, false), nil
 	case "dynamic":
 		return steerBenchVariant(name, "tc + RPS, vxlan and veth stages over CPUs 0-1, two choices, threshold logic (load sampled every 100 ms)", base, true), nil
+	case "dynamic-local":
+		o := base
+		o.Local = true
+		return steerBenchVariant(name, "dynamic, and packets whose stages all stay on their CPU take the unsteered path (--local)", o, true), nil
 	case "cpumap":
 		o := base
 		o.Stages, o.FirstStage, o.FirstCPUs, o.SenderTxOff = []string{"none"}, steer.FirstStageCpumap, []int{rxCPU}, true

@@ -265,9 +265,10 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 		tcpGap bool
 	}{
 		{"guard", Options{}, true, false, false, false},
-		// every choice through RPS, even to the packet's own CPU: more
-		// CPU switches between steered placements for the guard
-		{"guard-nolocal", Options{NoLocal: true}, true, false, false, false},
+		// packets whose stages all stay on their CPU go direct: the
+		// guard also switches between steered and direct on second
+		// choices
+		{"guard-local", Options{Local: true}, true, false, false, false},
 		{"cpumap-guard", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, true, false, false, true},
 		{"guard-heavy-tcp", Options{}, true, true, false, false},
 		{"no-guard", Options{NoGuard: true}, false, false, false, false},
