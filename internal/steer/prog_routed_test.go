@@ -3,11 +3,9 @@ package steer
 import (
 	"encoding/binary"
 	"net/netip"
-	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 func ip6(src, dst string, next uint8, payload []byte) []byte {
@@ -32,43 +30,55 @@ func vxlanIn(outerSrc, outerDst string, in []byte) []byte {
 	return eth([]byte{2, 0x72, 0x78, 0xff, 0, 2}, 0x0800, ip4(outerSrc, outerDst, 17, 0, payload))
 }
 
+// loadOn loads the steer objects with steering on, CPUs 0..n-1 (idle) as
+// the set and the given extra config flags; closed in cleanup.
+func loadOn(t *testing.T, n int, flags uint32) *steerObjects {
+	t.Helper()
+	requireBPF(t)
+	var o steerObjects
+	if err := loadSteerObjects(&o, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(n), Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flags, VxlanPort: 4789}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &o
+}
+
+// runTC runs a tc program on frame; it must leave the verdict to the
+// kernel (TC_ACT_UNSPEC).
+func runTC(t *testing.T, prog *ebpf.Program, frame []byte) {
+	t.Helper()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: frame})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int32(ret) != -1 {
+		t.Fatalf("verdict %d, want TC_ACT_UNSPEC", int32(ret))
+	}
+}
+
 // TestProgramDualStackAndRouted: the entry steers inner IPv6 flows and
 // flows under an IPv6 underlay with the hash Go computes (FlowHash over
 // 16-byte addresses), and on a routed tunnel (Flannel, Calico) the VXLAN
 // device's ingress finds the container device by inner destination
 // address, IPv4 or IPv6, where the inner MAC is the VXLAN device's own.
 func TestProgramDualStackAndRouted(t *testing.T) {
-	requireBPF(t)
-	var o steerObjects
-	if err := loadSteerObjects(&o, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
 	cpus := []int{0, 1, 2, 3}
+	o := loadOn(t, len(cpus), 0)
 	const devIdx, vxIdx, ctIdx, fallback = 1, 5, 9, 77 // a test run's device is lo (1)
-	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 4, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst, VxlanPort: 4789}); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range cpus {
-		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, a := range []string{"10.7.0.2", "fd00:7::2"} {
 		if err := o.SteerEpIp.Put(endpointIPKey{Addr: netip.MustParseAddr(a).As16()}, uint32(ctIdx)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run := func(frame []byte) {
-		t.Helper()
-		ret, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: frame})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int32(ret) != -1 {
-			t.Fatalf("verdict %d, want TC_ACT_UNSPEC", int32(ret))
-		}
-	}
+	run := func(frame []byte) { t.Helper(); runTC(t, o.SteerIngress, frame) }
 	lookup := func(fh, stage uint32) (flowEntry, bool) {
 		var f flowEntry
 		err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: stage}, &f)
@@ -153,21 +163,8 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 // reads the underlay's entry (key | devKeyWire) and steer_ingress the
 // VXLAN device's, so neither takes the other's configuration.
 func TestEntryKeyedApart(t *testing.T) {
-	requireBPF(t)
-	var o steerObjects
-	if err := loadSteerObjects(&o, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
+	o := loadOn(t, 2, 0)
 	const idx, vxIdx, ctIdx = 1, 5, 9 // both "devices" are lo (1) in a test run
-	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 2, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst, VxlanPort: 4789}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := o.SteerDevs.Put(uint32(idx|devKeyWire), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +185,7 @@ func TestEntryKeyedApart(t *testing.T) {
 		{"entry on the underlay", o.SteerEntry, vxFrameFor(5000), vxIdx},
 		{"VXLAN device", o.SteerIngress, inner(5000, 17), ctIdx | stageCtr},
 	} {
-		if _, err := tc.prog.Run(&ebpf.RunOptions{Data: tc.frame}); err != nil {
-			t.Fatal(err)
-		}
+		runTC(t, tc.prog, tc.frame)
 		fh := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), 5000, 7000, 17)
 		var f flowEntry
 		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: tc.stage}, &f); err != nil || f.Packets != 1 {
@@ -201,9 +196,7 @@ func TestEntryKeyedApart(t *testing.T) {
 	// the VXLAN device's): counted no_dev, the hash left alone.
 	before := counters(t, o.SteerCounters)
 	o.SteerDevs.Delete(uint32(idx | devKeyWire))
-	if _, err := o.SteerEntry.Run(&ebpf.RunOptions{Data: vxFrameFor(5001)}); err != nil {
-		t.Fatal(err)
-	}
+	runTC(t, o.SteerEntry, vxFrameFor(5001))
 	if after := counters(t, o.SteerCounters); after[ReasonNoDev]-before[ReasonNoDev] != 1 {
 		t.Fatalf("steer_entry without its wire key: no_dev moved by %d, want 1", after[ReasonNoDev]-before[ReasonNoDev])
 	}
@@ -215,29 +208,10 @@ func TestEntryKeyedApart(t *testing.T) {
 // stage (found by inner MAC) included; otherwise it steers as without the
 // flag. Go's Choose is the reference for both stages.
 func TestLocalGoesDirect(t *testing.T) {
-	requireBPF(t)
-	var o steerObjects
-	if err := loadSteerObjects(&o, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var set unix.CPUSet
-	set.Set(0)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		t.Fatal(err)
-	}
 	cpus := []int{0, 1}
+	o := loadOn(t, len(cpus), flagLocal)
+	defer pinThread(t, 0)()
 	const devIdx, vxIdx, ctIdx = 1, 5, 9
-	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 2, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flagLocal, VxlanPort: 4789}); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range cpus {
-		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry | devChainMAC, NextStageID: 77}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,9 +223,7 @@ func TestLocalGoesDirect(t *testing.T) {
 	before := counters(t, o.SteerCounters)
 	direct, steered := 0, 0
 	for sport := uint16(5000); sport < 5064; sport++ {
-		if _, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: vxFrameFor(sport)}); err != nil {
-			t.Fatal(err)
-		}
+		runTC(t, o.SteerIngress, vxFrameFor(sport))
 		fh := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), sport, 7000, 17)
 		in := ChoiceInput{FlowHash: fh, CPUs: cpus, Loads: []float64{0, 0}, Threshold: 0.85, On: true, ExcludeFirst: true}
 		in.Stage = vxIdx
