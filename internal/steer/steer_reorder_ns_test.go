@@ -472,8 +472,12 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		t.Logf("TCP segments queued out of order by phase (each with the action after it): %v", ofoByPhase)
 	}
 	res.tcpRetrans = tx1["RetransSegs"] - tx0["RetransSegs"]
-	t.Logf("TCP: receiver OFO-queued %d, sender retransmitted %d, sender saw DSACKs %d, reorder detected by SACK %d / timestamps %d",
-		rx1["TCPOFOQueue"]-rx0["TCPOFOQueue"], res.tcpRetrans, tx1["TCPDSACKRecv"]-tx0["TCPDSACKRecv"],
+	// Tail loss probes and RTO timeouts say whether retransmissions came
+	// from a delay (a probe fired while the originals were still queued)
+	// rather than from the network reordering segments.
+	t.Logf("TCP: receiver OFO-queued %d, sender retransmitted %d (loss probes %d, RTO timeouts %d, spurious RTOs %d), sender saw DSACKs %d, reorder detected by SACK %d / timestamps %d",
+		rx1["TCPOFOQueue"]-rx0["TCPOFOQueue"], res.tcpRetrans, tx1["TCPLossProbes"]-tx0["TCPLossProbes"], tx1["TCPTimeouts"]-tx0["TCPTimeouts"],
+		tx1["TCPSpuriousRTOs"]-tx0["TCPSpuriousRTOs"], tx1["TCPDSACKRecv"]-tx0["TCPDSACKRecv"],
 		tx1["TCPSACKReorder"]-tx0["TCPSACKReorder"], tx1["TCPTSReorder"]-tx0["TCPTSReorder"])
 	res.udpRecv, res.udpReord = u.received.Load(), u.reordered.Load()
 	if len(u.byPhase) > 0 {
