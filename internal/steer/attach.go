@@ -565,13 +565,14 @@ func Enable(o Options) (st *State, err error) {
 		}
 		// The entry checks this device's choice too before it sends a
 		// packet direct (flagLocal).
+		chain := uint32(devChainMAC)
+		if d.tunnel.Routed {
+			chain = devChainIP
+		}
 		for i := range atts {
 			if atts[i].cfg.Flags&devEntry != 0 {
 				atts[i].cfg.NextStageID = dv.StageID
-				atts[i].cfg.Flags |= devChainMAC
-				if d.tunnel.Routed {
-					atts[i].cfg.Flags ^= devChainMAC | devChainIP
-				}
+				atts[i].cfg.Flags |= chain
 			}
 		}
 		atts = append(atts, att{o.Netns, d.tunnel.Name, dv, false})
