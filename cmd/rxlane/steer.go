@@ -35,8 +35,12 @@ func (f *steerFlags) stateFile() (string, error) {
 		if _, err := os.Stat(p); err != nil {
 			return "", usagef("--netns %q: %v", f.netns, err)
 		}
+		// A path in /run/netns is the same namespace as its name: one
+		// state file for both spellings.
 		name = f.netns
-		if strings.Contains(name, "/") {
+		if d := filepath.Dir(filepath.Clean(name)); d == "/run/netns" || d == "/var/run/netns" {
+			name = filepath.Base(name)
+		} else if strings.Contains(name, "/") {
 			name = strings.ReplaceAll(strings.TrimPrefix(filepath.Clean(name), "/"), "/", "_")
 		}
 	}

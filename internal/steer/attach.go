@@ -188,6 +188,10 @@ func CPUMask(cpus []int) string {
 func (o *Options) Validate() error { return o.validate() }
 
 func (o *Options) validate() error {
+	o.Netns = netnsRef(filepath.Clean(o.Netns))
+	if o.Netns == "." {
+		o.Netns = ""
+	}
 	if len(o.CPUs) == 0 || len(o.CPUs) > MaxCPUs {
 		return fmt.Errorf("steer: want 1..%d CPUs, got %d", MaxCPUs, len(o.CPUs))
 	}
