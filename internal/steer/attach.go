@@ -18,6 +18,7 @@ import (
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // The steering tc filter: clsact ingress, this priority (after the lanes'
@@ -461,6 +462,9 @@ func saveState(path string, s *State) error { return jsonstate.Save(path, "steer
 // thread's namespace.
 func attach(f tcattach.Filter, dev string, prog *ebpf.Program) (Attachment, error) {
 	created, err := f.Attach(dev, prog)
+	if errors.Is(err, unix.EEXIST) {
+		err = fmt.Errorf("steer: %s already carries a steering program (another enable, e.g. for a second Docker overlay network sharing this underlay: one steering instance per device): %w", dev, err)
+	}
 	if err != nil && !created {
 		return Attachment{}, err // nothing changed on dev
 	}

@@ -489,3 +489,40 @@ func TestSteerInCallersNamespace(t *testing.T) {
 		t.Errorf("kernel state differs after disable:\nhost before %s\nafter %s\npod before %s\nafter %s", beforeH, h, beforeP, p)
 	}
 }
+
+// TestSecondEnableRefused: a second steering instance on the same devices
+// (as two Docker overlay networks sharing the host's underlay would be) is
+// refused with the reason and changes nothing; the first keeps working and
+// its disable restores the namespaces.
+func TestSecondEnableRefused(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	_, host, pod := buildRouted(t, routedLayouts[0])
+	beforeH, beforeP := snapshotNS(t, host), snapshotNS(t, pod)
+	o := Options{Netns: host, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Hysteresis: 0.1}
+	first, second := o, o
+	first.StateFile, second.StateFile = filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")
+	t.Cleanup(func() { Disable(first.StateFile) })
+	if _, err := Enable(first); err != nil {
+		t.Fatal(err)
+	}
+	enabledH, enabledP := snapshotNS(t, host), snapshotNS(t, pod)
+	_, err := Enable(second)
+	if err == nil || !strings.Contains(err.Error(), "already carries a steering program") {
+		t.Fatalf("second enable: %v, want a refusal naming the other instance", err)
+	}
+	if h, p := snapshotNS(t, host), snapshotNS(t, pod); h != enabledH || p != enabledP {
+		t.Errorf("the refused enable changed the kernel state:\nhost %s\nwant %s\npod %s\nwant %s", h, enabledH, p, enabledP)
+	}
+	if _, err := os.Stat(second.StateFile); !os.IsNotExist(err) {
+		t.Errorf("the refused enable left its state file: %v", err)
+	}
+	if _, err := ReadStatus(first.StateFile); err != nil {
+		t.Errorf("first instance after the refusal: %v", err)
+	}
+	if err := Disable(first.StateFile); err != nil {
+		t.Fatal(err)
+	}
+	if h, p := snapshotNS(t, host), snapshotNS(t, pod); h != beforeH || p != beforeP {
+		t.Errorf("kernel state differs after disable:\nhost before %s\nafter %s\npod before %s\nafter %s", beforeH, h, beforeP, p)
+	}
+}
