@@ -48,7 +48,7 @@ func (f *lanesFlags) where() (nsPath, rulesFile, dpFile string, err error) {
 		if _, err := os.Stat(nsPath); err != nil {
 			return "", "", "", usagef("--netns %q: %v", f.netns, err)
 		}
-		name = strings.ReplaceAll(strings.TrimPrefix(filepath.Clean(nsPath), "/"), "/", "_")
+		name = stateName(nsPath)
 	}
 	return nsPath, filepath.Join(f.stateDir, name+".json"), filepath.Join(f.stateDir, name+".datapath.json"), nil
 }

@@ -37,12 +37,7 @@ func (f *steerFlags) stateFile() (string, error) {
 		}
 		// A path in /run/netns is the same namespace as its name: one
 		// state file for both spellings.
-		name = f.netns
-		if d := filepath.Dir(filepath.Clean(name)); d == "/run/netns" || d == "/var/run/netns" {
-			name = filepath.Base(name)
-		} else if strings.Contains(name, "/") {
-			name = strings.ReplaceAll(strings.TrimPrefix(filepath.Clean(name), "/"), "/", "_")
-		}
+		name = stateName(steer.NetnsRef(f.netns))
 	}
 	return filepath.Join(f.stateDir, name+".json"), nil
 }

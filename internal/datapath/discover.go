@@ -85,11 +85,7 @@ func Discover() (Topology, error) {
 		if u, ok := byIndex[vx.VtepDevIndex]; ok {
 			tn.Underlay = u.Attrs().Name
 		} else if len(tn.Peers) > 0 {
-			if rs, err := netlink.RouteGet(tn.Peers[0].AsSlice()); err == nil && len(rs) > 0 {
-				if u, ok := byIndex[rs[0].LinkIndex]; ok {
-					tn.Underlay = u.Attrs().Name
-				}
-			}
+			tn.Underlay, _ = RouteDevice(tn.Peers[0])
 		}
 		t.Tunnels = append(t.Tunnels, tn)
 	}
@@ -195,6 +191,24 @@ const routedSkip = "routed endpoint: the normal path runs netfilter FORWARD and 
 
 // routedEndpoints finds, for a routed tunnel, the local containers: the
 // neighbours behind link-scope routes on veths or bridges.
+// RouteDevice is the device the calling thread's namespace routes a to:
+// for a VXLAN device without a fixed underlay, the device its peer's
+// packets arrive on.
+func RouteDevice(a netip.Addr) (string, error) {
+	rs, err := netlink.RouteGet(a.AsSlice())
+	if err != nil {
+		return "", fmt.Errorf("route to %s: %w", a, err)
+	}
+	if len(rs) == 0 {
+		return "", fmt.Errorf("no route to %s", a)
+	}
+	l, err := netlink.LinkByIndex(rs[0].LinkIndex)
+	if err != nil {
+		return "", fmt.Errorf("find the device routing to %s: %w", a, err)
+	}
+	return l.Attrs().Name, nil
+}
+
 func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neigh) ([]Endpoint, error) {
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {

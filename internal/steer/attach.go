@@ -43,14 +43,18 @@ func netnsPath(ns string) string {
 	return filepath.Join("/run/netns", ns)
 }
 
-// netnsRef is the reverse of netnsPath for a namespace file: its name
-// when it is in /run/netns (how states and isolate name them), else the
-// path.
-func netnsRef(path string) string {
-	if filepath.Dir(path) == "/run/netns" || filepath.Dir(path) == "/var/run/netns" {
-		return filepath.Base(path)
+// NetnsRef is the canonical namespace reference of ns (a name, a path or
+// ""): its name when the file is in /run/netns (how states and isolate
+// name them), else the cleaned path; "" stays the caller's namespace.
+func NetnsRef(ns string) string {
+	if ns == "" {
+		return ""
 	}
-	return path
+	p := filepath.Clean(ns)
+	if d := filepath.Dir(p); d == "/run/netns" || d == "/var/run/netns" {
+		return filepath.Base(p)
+	}
+	return p
 }
 
 // inNetnsSysfs runs fn on a thread inside the network namespace ns (see
@@ -189,10 +193,7 @@ func CPUMask(cpus []int) string {
 func (o *Options) Validate() error { return o.validate() }
 
 func (o *Options) validate() error {
-	o.Netns = netnsRef(filepath.Clean(o.Netns))
-	if o.Netns == "." {
-		o.Netns = ""
-	}
+	o.Netns = NetnsRef(o.Netns)
 	if len(o.CPUs) == 0 || len(o.CPUs) > MaxCPUs {
 		return fmt.Errorf("steer: want 1..%d CPUs, got %d", MaxCPUs, len(o.CPUs))
 	}
@@ -247,14 +248,14 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// peerNetnsName is the namespace reference (netnsRef) of the namespace
+// peerNetnsName is the namespace reference (NetnsRef) of the namespace
 // with the given ID as seen from the calling thread's namespace.
 func peerNetnsName(nsid int) (string, error) {
 	p, err := datapath.PeerNetns(nsid)
 	if err != nil {
 		return "", err
 	}
-	return netnsRef(p), nil
+	return NetnsRef(p), nil
 }
 
 // endpoint is a container device whose stage (S3) steering chooses: by
@@ -393,16 +394,10 @@ func discover(hostNS string) (discovered, error) {
 // tunnel's first peer.
 func underlayElsewhere(ns string, tn datapath.Tunnel) (string, error) {
 	var dev string
-	err := inNetnsSysfs(ns, func() error {
-		rs, err := netlink.RouteGet(tn.Peers[0].AsSlice())
-		if err != nil || len(rs) == 0 {
-			return fmt.Errorf("steer: no route to %s's peer %s in %s: %v", tn.Name, tn.Peers[0], ns, err)
+	err := inNetnsSysfs(ns, func() (err error) {
+		if dev, err = datapath.RouteDevice(tn.Peers[0]); err != nil {
+			return fmt.Errorf("steer: find %s's underlay (its peer's route) in %s: %w", tn.Name, ns, err)
 		}
-		l, err := netlink.LinkByIndex(rs[0].LinkIndex)
-		if err != nil {
-			return fmt.Errorf("steer: find the underlay to %s in %s: %w", tn.Peers[0], ns, err)
-		}
-		dev = l.Attrs().Name
 		return nil
 	})
 	return dev, err
