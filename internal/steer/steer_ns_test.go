@@ -102,17 +102,7 @@ func features(dev string) ([]uint32, error) {
 
 func listen(t *testing.T, tb testbed.Config, n testbed.Node, addr string) *net.UDPConn {
 	t.Helper()
-	var c *net.UDPConn
-	if err := testbed.Do(tb, n, func() error {
-		a, _ := net.ResolveUDPAddr("udp4", addr)
-		var err error
-		c, err = net.ListenUDP("udp4", a)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return listenIn(t, tb.NS(n), netip.MustParseAddrPort(addr))
 }
 
 // sendSeq sends n sequence-numbered datagrams one at a time from a thread
