@@ -53,6 +53,14 @@ struct {
 	__type(value, struct steer_dev);
 } steer_devs SEC(".maps");
 
+/* The tunnels the entry steers (struct steer_tunnel_key). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct steer_tunnel_key);
+	__type(value, struct steer_dev);
+} steer_tunnels SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -196,17 +204,20 @@ static __always_inline bool parse_ip(void *skb, bool xdp, const __u8 *eth, __u32
 	return false;
 }
 
-/* What flow_hash learns of the inner packet besides its hash: the keys of
- * the next stage's endpoint (inner destination MAC for bridged tunnels,
- * inner destination address for routed ones). */
+/* What flow_hash learns of the packet besides its hash: the keys of the
+ * next stage's endpoint (inner destination MAC for bridged tunnels, inner
+ * destination address for routed ones) and, for an encapsulated packet,
+ * its tunnel. */
 struct inner_keys {
 	struct steer_ep_key mac;
 	struct steer_ip_key ip;
+	struct steer_tunnel_key tun;
 };
 
 /* flow_hash: FNV-1a over the inner 5-tuple (IPv4 or IPv6), never 0. Go:
- * FlowHash. encap: the frame is still VXLAN in UDP (outer IPv4 or IPv6). */
-static __always_inline bool flow_hash(void *skb, bool xdp, __u32 encap, __u32 vxlan_port, __u32 *out, struct inner_keys *keys)
+ * FlowHash. encap: the frame is VXLAN in UDP (outer IPv4 or IPv6); which
+ * tunnel it belongs to is left to the caller (keys->tun). */
+static __always_inline bool flow_hash(void *skb, bool xdp, __u32 encap, __u32 *out, struct inner_keys *keys)
 {
 	__u8 eth[14];
 	struct tuple t;
@@ -221,8 +232,14 @@ static __always_inline bool flow_hash(void *skb, bool xdp, __u32 encap, __u32 vx
 		if (proto != IPPROTO_UDP)
 			return false;
 		__u16 dport = t.len == 13 ? ((__u16)t.b[10] << 8) | t.b[11] : ((__u16)t.b[34] << 8) | t.b[35];
-		if (dport != vxlan_port)
+		__u8 vx[8];
+		if (load_bytes(skb, xdp, l4 + 8, vx, sizeof(vx)) < 0)
 			return false;
+		if (!(vx[0] & 0x08)) /* no valid VNI (the I flag) */
+			return false;
+		keys->tun.vni = ((__u32)vx[4] << 16) | ((__u32)vx[5] << 8) | vx[6];
+		keys->tun.port = dport;
+		keys->tun.family = t.len == 13 ? 4 : 6;
 		__u32 in = l4 + 8 + 8; /* UDP, VXLAN */
 		if (load_bytes(skb, xdp, in, eth, sizeof(eth)) < 0)
 			return false;
@@ -333,10 +350,25 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	__u32 n = cfg->n_cpus;
 	__u32 fh = 0;
 	struct inner_keys keys = {};
-	if (!flow_hash(skb, false, dev->encap, cfg->vxlan_port, &fh, &keys)) {
+	if (!flow_hash(skb, false, dev->encap, &fh, &keys)) {
 		count(S_NO_FLOW);
 		return TC_ACT_UNSPEC;
 	}
+	/* At the underlay the next stage is the packet's VXLAN device, found
+	 * by its tunnel (several devices may share the underlay). */
+	struct steer_dev d = *dev;
+	if (dev->encap) {
+		struct steer_dev *tn = bpf_map_lookup_elem(&steer_tunnels, &keys.tun);
+		if (!tn) {
+			count(S_NO_FLOW);
+			return TC_ACT_UNSPEC;
+		}
+		d.stage_id = tn->stage_id;
+		d.next_stage_id = tn->next_stage_id;
+		d.flags = (dev->flags & ~(STEER_DEV_CHAIN_MAC | STEER_DEV_CHAIN_IP)) |
+			  (tn->flags & (STEER_DEV_CHAIN_MAC | STEER_DEV_CHAIN_IP));
+	}
+	dev = &d;
 	__u32 stage = endpoint_stage(dev->flags, &keys, dev->stage_id);
 
 	/* get_falcon_cpu, Algorithm 1 lines 17-27. Go: Choose. */
@@ -543,7 +575,7 @@ int steer_done(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	struct inner_keys keys = {};
 	__u32 fh = 0;
-	if (!flow_hash(skb, false, 0, cfg->vxlan_port, &fh, &keys))
+	if (!flow_hash(skb, false, 0, &fh, &keys))
 		return TC_ACT_UNSPEC;
 	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
 	if (!g)
@@ -575,7 +607,10 @@ int steer_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	__u32 fh = 0;
 	struct inner_keys keys = {};
-	if (!flow_hash(ctx, true, 1, cfg->vxlan_port, &fh, &keys) && !flow_hash(ctx, true, 0, cfg->vxlan_port, &fh, &keys)) {
+	/* A packet of one of the tunnels: by its inner flow (the tc entry's
+	 * hash, which keys the guard); anything else by its outer flow. */
+	bool tunnel = flow_hash(ctx, true, 1, &fh, &keys) && bpf_map_lookup_elem(&steer_tunnels, &keys.tun);
+	if (!tunnel && !flow_hash(ctx, true, 0, &fh, &keys)) {
 		count(S_NO_FLOW);
 		return XDP_PASS;
 	}

@@ -48,7 +48,6 @@ struct steer_cfg {
 	__u32 n_cpus;     /* CPUs in the set = the RPS map of steered devices */
 	__u32 threshold;  /* per-CPU load threshold, permille */
 	__u32 flags;      /* STEER_F_* */
-	__u32 vxlan_port; /* UDP port of encapsulated traffic, host order */
 	/* A flow-stage idle this long may switch CPU even if the guard never
 	 * saw its packets delivered (no done hook on its path); 0: never. */
 	__u32 idle_ms;
@@ -56,7 +55,6 @@ struct steer_cfg {
 	/* The last delivery must be this old before a switch: the done hook
 	 * runs before the IP/socket layers finish the packet on its CPU. */
 	__u32 settle_ns;
-	__u32 pad;
 };
 
 /* Position i of the CPU set (ascending, as RPS orders its map).
@@ -76,6 +74,23 @@ struct steer_dev {
 	__u32 flags;    /* STEER_DEV_* */
 	__u32 encap;    /* 1: packets here are still VXLAN-encapsulated */
 	__u32 next_stage_id; /* with STEER_DEV_CHAIN_*: the next device's stage_id */
+};
+
+/* A tunnel as the underlay's entry sees it: outer family (4 or 6), UDP
+ * destination port (host order) and VNI of an encapsulated packet. The
+ * kernel demultiplexes VXLAN devices by these (an IPv4 and an IPv6 socket
+ * per port, then the VNI): Flannel's and Calico's dual-stack nodes have
+ * two devices on one port and VNI, told apart by the outer family; Docker's
+ * overlay networks share port 4789 with one VNI each. Maps to the VXLAN
+ * device's stage (a struct steer_dev: stage_id, STEER_DEV_CHAIN_* flags
+ * and next_stage_id). A packet of a tunnel not in the map is not this
+ * instance's: left alone (another instance's filter on a shared underlay
+ * comes next). Go twin: tunnelKey. */
+struct steer_tunnel_key {
+	__u32 vni;
+	__u16 port;
+	__u8 family;
+	__u8 pad;
 };
 
 /* Inner destination MAC -> stage id of that endpoint's device.

@@ -58,7 +58,10 @@ func Discover() (Topology, error) {
 		if !ok || vx.FlowBased || vx.GBP || vx.VxlanId == 0 {
 			continue
 		}
-		tn := Tunnel{Name: vx.Name, Ifindex: vx.Index, VNI: uint32(vx.VxlanId), Port: uint16(vx.Port), MAC: vx.HardwareAddr}
+		tn := Tunnel{Name: vx.Name, Ifindex: vx.Index, VNI: uint32(vx.VxlanId), Port: uint16(vx.Port), MAC: vx.HardwareAddr, Family: 4}
+		if (vx.SrcAddr != nil && vx.SrcAddr.To4() == nil) || (vx.Group != nil && vx.Group.To4() == nil) {
+			tn.Family = 6
+		}
 		if m, ok := byIndex[vx.MasterIndex]; ok && m.Type() == "bridge" {
 			tn.Bridge = m.Attrs().Name
 		} else {

@@ -26,6 +26,11 @@ type Tunnel struct {
 	// lane attaches.
 	Underlay string       `json:"underlay"`
 	Peers    []netip.Addr `json:"peers"`
+	// Family is that of the device's UDP socket, 4 or 6: 6 when its local
+	// or remote address is IPv6, as the kernel decides (VXLAN_F_IPV6).
+	// Two devices may share a port and VNI, one per family (Flannel's
+	// and Calico's dual-stack nodes).
+	Family int `json:"family"`
 }
 
 // Endpoint is a local container interface the lane may deliver to.

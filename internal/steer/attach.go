@@ -3,7 +3,6 @@ package steer
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -258,151 +257,6 @@ func peerNetnsName(nsid int) (string, error) {
 	return NetnsRef(p), nil
 }
 
-// endpoint is a container device whose stage (S3) steering chooses: by
-// inner destination MAC behind a bridged tunnel, by inner destination
-// address (IPv4 and IPv6) behind a routed one.
-type endpoint struct {
-	macs    [][6]byte
-	ips     []netip.Addr
-	netns   string
-	dev     string
-	ifindex int
-}
-
-type discovered struct {
-	tunnel  datapath.Tunnel
-	vxIndex int
-	// underlayNS is the namespace of tunnel.Underlay: the host namespace
-	// itself, or (Docker's overlay) the one the VXLAN device was created
-	// in, which keeps its UDP socket.
-	underlayNS string
-	endpoint   []endpoint
-}
-
-// discover finds, in the host namespace, the VXLAN device, its underlay
-// and the container devices behind it (no names assumed): the bridge's
-// veth ports for a bridged tunnel (the testbed, Docker's overlay network
-// when its underlay is in the same namespace), the veths the routes to the
-// pods leave through for a routed one (Flannel's flannel.1 -> cni0,
-// Calico's vxlan.calico -> /32 on cali*). A bridged tunnel is preferred
-// when there are both. Docker's overlay driver keeps the bridge and the
-// VXLAN device in a sandbox namespace but the device's UDP socket, and so
-// its underlay, in the namespace that created it: the underlay is then
-// looked up there (see underlayElsewhere).
-func discover(hostNS string) (discovered, error) {
-	d := discovered{underlayNS: hostNS}
-	var linkNsid int
-	err := inNetnsSysfs(hostNS, func() error {
-		topo, err := datapath.Discover()
-		if err != nil {
-			return err
-		}
-		for _, routed := range []bool{false, true} {
-			for _, tn := range topo.Tunnels {
-				if tn.Underlay != "" && tn.Routed == routed && d.tunnel.Name == "" {
-					d.tunnel = tn
-				}
-			}
-		}
-		if d.tunnel.Name == "" {
-			// Docker: a bridged tunnel whose link is in another namespace.
-			for _, tn := range topo.Tunnels {
-				l, err := netlink.LinkByIndex(tn.Ifindex)
-				if err == nil && !tn.Routed && l.Attrs().NetNsID >= 0 && len(tn.Peers) > 0 && d.tunnel.Name == "" {
-					d.tunnel, linkNsid = tn, l.Attrs().NetNsID
-				}
-			}
-		}
-		if d.tunnel.Name == "" {
-			where := hostNS
-			if where == "" {
-				where = "this namespace"
-			}
-			return fmt.Errorf("steer: no VXLAN device with an underlay in %s (bridged, routed to local veths, or Docker's sandbox)", where)
-		}
-		d.vxIndex = d.tunnel.Ifindex
-		if d.tunnel.Underlay == "" {
-			ns, err := peerNetnsName(linkNsid)
-			if err != nil {
-				return fmt.Errorf("steer: find the namespace of %s's UDP socket: %w", d.tunnel.Name, err)
-			}
-			d.underlayNS = ns
-		}
-		byPort := map[int]int{} // host-side ifindex -> d.endpoint index
-		for _, ep := range topo.Endpoints {
-			if ep.VNI != d.tunnel.VNI || (d.tunnel.Routed && !ep.IP.IsValid()) {
-				continue
-			}
-			l, err := netlink.LinkByIndex(ep.Ifindex)
-			if err != nil {
-				return fmt.Errorf("find endpoint %s: %w", ep.Dev, err)
-			}
-			a := l.Attrs()
-			if _, ok := l.(*netlink.Veth); !ok || a.NetNsID < 0 {
-				continue
-			}
-			// One stage per container device, with every key that
-			// leads to it (several MACs in a bridge port's FDB; a
-			// pod's IPv4 and IPv6 addresses).
-			i, ok := byPort[a.Index]
-			if !ok {
-				name, err := peerNetnsName(a.NetNsID)
-				if err != nil {
-					return err
-				}
-				i = len(d.endpoint)
-				byPort[a.Index] = i
-				d.endpoint = append(d.endpoint, endpoint{netns: name, ifindex: a.ParentIndex})
-			}
-			e := &d.endpoint[i]
-			if d.tunnel.Routed {
-				e.ips = append(e.ips, ep.IP)
-			} else {
-				var m [6]byte
-				copy(m[:], ep.MAC)
-				e.macs = append(e.macs, m)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return d, err
-	}
-	if d.tunnel.Underlay == "" {
-		if d.tunnel.Underlay, err = underlayElsewhere(d.underlayNS, d.tunnel); err != nil {
-			return d, err
-		}
-	}
-	for i := range d.endpoint {
-		e := &d.endpoint[i]
-		if err := inNetnsSysfs(e.netns, func() error {
-			l, err := netlink.LinkByIndex(e.ifindex)
-			if err != nil {
-				return fmt.Errorf("find container device %d in %s: %w", e.ifindex, e.netns, err)
-			}
-			e.dev = l.Attrs().Name
-			return nil
-		}); err != nil {
-			return d, err
-		}
-	}
-	return d, nil
-}
-
-// underlayElsewhere finds, in the namespace ns that holds the VXLAN
-// device's UDP socket, the device its packets arrive on: the route to the
-// tunnel's first peer.
-func underlayElsewhere(ns string, tn datapath.Tunnel) (string, error) {
-	var dev string
-	err := inNetnsSysfs(ns, func() (err error) {
-		if dev, err = datapath.RouteDevice(tn.Peers[0]); err != nil {
-			return fmt.Errorf("steer: find %s's underlay (its peer's route) in %s: %w", tn.Name, ns, err)
-		}
-		return nil
-	})
-	return dev, err
-}
-
 // setRPS writes mask to every rx queue of dev, journaling the old values.
 func setRPS(ns, dev, mask string, st *State) error {
 	return inNetnsSysfs(ns, func() error {
@@ -483,7 +337,7 @@ func Enable(o Options) (st *State, err error) {
 	} else if old != nil {
 		return nil, fmt.Errorf("steer: already enabled (state %s): disable first", o.StateFile)
 	}
-	d, err := discover(o.Netns)
+	paths, err := discover(o.Netns)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +371,7 @@ func Enable(o Options) (st *State, err error) {
 		flags |= flagLocal
 	}
 	if err := objs.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
-		Flags: flags, VxlanPort: uint32(d.tunnel.Port), IdleMs: idleMs, SettleNs: settleNs}); err != nil {
+		Flags: flags, IdleMs: idleMs, SettleNs: settleNs}); err != nil {
 		return st, fmt.Errorf("write steer config: %w", err)
 	}
 	for i, c := range o.CPUs {
@@ -526,77 +380,29 @@ func Enable(o Options) (st *State, err error) {
 		}
 	}
 	mask := CPUMask(o.CPUs)
-	want := func(s string) bool { return slices.Contains(o.Stages, s) }
-	type att struct {
-		netns, dev string
-		cfg        steerDev
-		wire       bool // the underlay: steer_entry, key | devKeyWire
-	}
-	var atts []att
-	if want("vxlan") {
-		st.Stages = append(st.Stages, Stage{Name: "vxlan", Netns: o.Netns, Device: d.tunnel.Name, Ifindex: d.vxIndex, Via: d.tunnel.Underlay})
-		atts = append(atts, att{d.underlayNS, d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry}, true})
-	} else if o.FirstStage != "" {
-		// The entry numbers packets for the guard at the underlay, where
-		// steer_xdp's mark is still readable; S2 is not steered (no RPS
-		// on the VXLAN device: the written hash has no effect).
-		atts = append(atts, att{d.underlayNS, d.tunnel.Underlay, steerDev{StageID: uint32(d.vxIndex), Encap: 1, Flags: devEntry | devOff}, true})
-	}
-	if want("veth") && len(d.endpoint) > 0 {
-		for _, e := range d.endpoint {
-			st.Stages = append(st.Stages, Stage{Name: "veth", Netns: e.netns, Device: e.dev, Ifindex: e.ifindex, Via: d.tunnel.Name})
-			for _, m := range e.macs {
-				if err := objs.SteerEndpoints.Put(endpointKey{MAC: m}, uint32(e.ifindex)); err != nil {
-					return st, fmt.Errorf("write steer endpoints: %w", err)
-				}
-			}
-			for _, ip := range e.ips {
-				if err := objs.SteerEpIp.Put(endpointIPKey{Addr: ip.As16()}, uint32(e.ifindex)); err != nil {
-					return st, fmt.Errorf("write steer endpoints: %w", err)
-				}
-			}
-		}
-		// The VXLAN device's ingress finds the container device by the
-		// inner destination: its MAC behind a bridge, its address behind
-		// routing (there the inner MAC is the VXLAN device's own).
-		dv := steerDev{StageID: uint32(d.endpoint[0].ifindex), Flags: devByMAC}
-		if d.tunnel.Routed {
-			dv.Flags = devByIP
-		}
-		if !want("vxlan") && o.FirstStage == "" {
-			dv.Flags |= devEntry
-		}
-		// The entry checks this device's choice too before it sends a
-		// packet direct (flagLocal).
-		chain := uint32(devChainMAC)
-		if d.tunnel.Routed {
-			chain = devChainIP
-		}
-		for i := range atts {
-			if atts[i].cfg.Flags&devEntry != 0 {
-				atts[i].cfg.NextStageID = dv.StageID
-				atts[i].cfg.Flags |= chain
-			}
-		}
-		atts = append(atts, att{o.Netns, d.tunnel.Name, dv, false})
-	}
-	if len(d.endpoint) == 0 {
-		st.Warnings = append(st.Warnings, "no container endpoint found behind "+d.tunnel.Name+" (no veth port on its bridge, or no route with a resolved neighbour to a local veth): "+
-			"the veth stage is not steered and the in-flight guard cannot see deliveries, so a flow's stage CPU changes only after the flow was idle 500 ms")
+	atts, endpoints, err := planTunnels(paths, o, st, &objs)
+	if err != nil {
+		return st, err
 	}
 	if len(st.Stages) == 0 && o.FirstStage == "" {
 		return st, errors.New("steer: no stage to steer found")
 	}
 	if o.FirstStage != "" {
-		if len(d.endpoint) == 0 {
-			return st, errors.New("steer: first-stage offload needs a container endpoint behind the bridge (the guard's delivery hook)")
+		if len(endpoints) == 0 {
+			return st, errors.New("steer: first-stage offload needs a container endpoint behind a tunnel (the guard's delivery hook)")
 		}
-		if d.underlayNS != o.Netns {
-			return st, fmt.Errorf("steer: first-stage offload needs the underlay in the same namespace; %s's underlay %s is in %s (Docker's overlay: steer the vxlan and veth stages only)", d.tunnel.Name, d.tunnel.Underlay, d.underlayNS)
+		p := paths[0]
+		for _, q := range paths[1:] {
+			if q.underlayNS != p.underlayNS || q.tunnel.Underlay != p.tunnel.Underlay {
+				return st, fmt.Errorf("steer: first-stage offload takes one underlay device; %s arrives on %s and %s on %s", p.tunnel.Name, p.tunnel.Underlay, q.tunnel.Name, q.tunnel.Underlay)
+			}
 		}
-		st.FirstStage = &FirstStage{Device: d.tunnel.Underlay, CPUs: o.FirstCPUs}
+		if p.underlayNS != o.Netns {
+			return st, fmt.Errorf("steer: first-stage offload needs the underlay in the same namespace; %s's underlay %s is in %s (Docker's overlay: steer the vxlan and veth stages only)", p.tunnel.Name, p.tunnel.Underlay, p.underlayNS)
+		}
+		st.FirstStage = &FirstStage{Device: p.tunnel.Underlay, CPUs: o.FirstCPUs}
 		if err := inNetnsSysfs(o.Netns, func() error {
-			l, err := netlink.LinkByName(d.tunnel.Underlay)
+			l, err := netlink.LinkByName(p.tunnel.Underlay)
 			if err == nil {
 				st.FirstStage.Ifindex = l.Attrs().Index
 			}
@@ -626,7 +432,7 @@ func Enable(o Options) (st *State, err error) {
 		return st, err
 	}
 	// The guard's delivery hook on every container device first.
-	for _, e := range d.endpoint {
+	for _, e := range endpoints {
 		err := inNetnsSysfs(e.netns, func() error {
 			at, err := attach(doneFilter, e.dev, objs.SteerDone)
 			if at.Device != "" {

@@ -40,7 +40,7 @@ func loadOn(t *testing.T, n int, flags uint32) *steerObjects {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { o.Close() })
-	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(n), Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flags, VxlanPort: 4789}); err != nil {
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(n), Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flags}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
@@ -49,6 +49,21 @@ func loadOn(t *testing.T, n int, flags uint32) *steerObjects {
 		}
 	}
 	return &o
+}
+
+// putWire makes the device keyed key in steer_devs an underlay entry with
+// the given flags, and the test frames' tunnel (VNI 42 on port 4789, over
+// IPv4 and IPv6) lead to the VXLAN device's stage tv.
+func putWire(t *testing.T, o *steerObjects, key, flags uint32, tv steerDev) {
+	t.Helper()
+	if err := o.SteerDevs.Put(key, steerDev{Encap: 1, Flags: flags}); err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range []uint8{4, 6} {
+		if err := o.SteerTunnels.Put(tunnelKey{VNI: 42, Port: 4789, Family: fam}, tv); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // runTC runs a tc program on frame; it must leave the verdict to the
@@ -94,9 +109,7 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 		{"inner IPv6 under IPv6", "fd00:18::1", "fd00:18::2", "fd00:7::1", "fd00:7::2"},
 	}
 	for _, tc := range entry {
-		if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
-			t.Fatal(err)
-		}
+		putWire(t, o, devIdx, devEntry, steerDev{StageID: vxIdx})
 		for sport := uint16(5000); sport < 5016; sport++ {
 			in := l4(sport, 7000, 32)
 			var frame []byte
@@ -165,9 +178,7 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 func TestEntryKeyedApart(t *testing.T) {
 	o := loadOn(t, 2, 0)
 	const idx, vxIdx, ctIdx = 1, 5, 9 // both "devices" are lo (1) in a test run
-	if err := o.SteerDevs.Put(uint32(idx|devKeyWire), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
-		t.Fatal(err)
-	}
+	putWire(t, o, idx|devKeyWire, devEntry, steerDev{StageID: vxIdx})
 	if err := o.SteerDevs.Put(uint32(idx), steerDev{StageID: 77, Flags: devByMAC}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,9 +223,7 @@ func TestLocalGoesDirect(t *testing.T) {
 	o := loadOn(t, len(cpus), flagLocal)
 	defer pinThread(t, 0)()
 	const devIdx, vxIdx, ctIdx = 1, 5, 9
-	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry | devChainMAC, NextStageID: 77}); err != nil {
-		t.Fatal(err)
-	}
+	putWire(t, o, devIdx, devEntry, steerDev{StageID: vxIdx, Flags: devChainMAC, NextStageID: 77})
 	var k endpointKey
 	copy(k.MAC[:], ctrMAC)
 	if err := o.SteerEndpoints.Put(k, uint32(ctIdx)); err != nil {

@@ -25,6 +25,7 @@ func TestLayoutMatchesC(t *testing.T) {
 		{"steer_cfg", steerConfig{}},
 		{"steer_cpu", steerCPU{}},
 		{"steer_dev", steerDev{}},
+		{"steer_tunnel_key", tunnelKey{}},
 		{"steer_ep_key", endpointKey{}},
 		{"steer_ip_key", endpointIPKey{}},
 		{"steer_flow_key", flowKey{}},
@@ -126,7 +127,7 @@ func TestProgramWritesRPSHash(t *testing.T) {
 		// Fresh flows: the guard would keep a known flow on its CPU.
 		clearMap(t, o.SteerFlows)
 		clearMap(t, o.SteerGuards)
-		if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 4, Threshold: 850, Flags: flags, VxlanPort: 4789}); err != nil {
+		if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: 4, Threshold: 850, Flags: flags}); err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range cpus {
@@ -134,13 +135,9 @@ func TestProgramWritesRPSHash(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		d := steerDev{StageID: vxIdx}
 		if encapDev {
-			d.Encap, d.Flags = 1, devEntry
-		} else {
-			d.StageID, d.Flags = 77, devByMAC
-		}
-		if err := o.SteerDevs.Put(uint32(wireIdx), d); err != nil {
+			putWire(t, &o, wireIdx, devEntry, steerDev{StageID: vxIdx})
+		} else if err := o.SteerDevs.Put(uint32(wireIdx), steerDev{StageID: 77, Flags: devByMAC}); err != nil {
 			t.Fatal(err)
 		}
 		var k endpointKey
@@ -285,10 +282,8 @@ func TestGuardDefersWhileInFlight(t *testing.T) {
 	}
 	defer o.Close()
 	const wireIdx, vxIdx, n = 1, 5, 4
-	if err := o.SteerDevs.Put(uint32(wireIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: n, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst, VxlanPort: 4789}); err != nil {
+	putWire(t, &o, wireIdx, devEntry, steerDev{StageID: vxIdx})
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: n, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst}); err != nil {
 		t.Fatal(err)
 	}
 	setLoads := func(l []float64) {
@@ -368,7 +363,7 @@ func TestGuardDefersWhileInFlight(t *testing.T) {
 	}
 
 	// Without the guard (flagNoGuard) the switch is immediate.
-	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: n, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flagNoGuard, VxlanPort: 4789}); err != nil {
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: n, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flagNoGuard}); err != nil {
 		t.Fatal(err)
 	}
 	setLoads(loads)
@@ -404,9 +399,7 @@ func TestGuardOffGoesDirect(t *testing.T) {
 	}
 	defer o.Close()
 	const wireIdx, vxIdx, n = 1, 5, 4
-	if err := o.SteerDevs.Put(uint32(wireIdx), steerDev{StageID: vxIdx, Encap: 1, Flags: devEntry}); err != nil {
-		t.Fatal(err)
-	}
+	putWire(t, &o, wireIdx, devEntry, steerDev{StageID: vxIdx})
 	for i := range n {
 		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i)}); err != nil {
 			t.Fatal(err)
@@ -414,7 +407,7 @@ func TestGuardOffGoesDirect(t *testing.T) {
 	}
 	on := func(on bool) {
 		t.Helper()
-		c := steerConfig{NCPUs: n, Threshold: 850, Flags: flagDynamic | flagExcludeFirst, VxlanPort: 4789}
+		c := steerConfig{NCPUs: n, Threshold: 850, Flags: flagDynamic | flagExcludeFirst}
 		if on {
 			c.Flags |= flagOn
 		}

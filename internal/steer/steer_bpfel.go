@@ -18,11 +18,9 @@ type steerSteerCfg struct {
 	N_cpus    uint32
 	Threshold uint32
 	Flags     uint32
-	VxlanPort uint32
 	IdleMs    uint32
 	N_first   uint32
 	SettleNs  uint32
-	Pad       uint32
 }
 
 type steerSteerCpu struct {
@@ -93,6 +91,14 @@ type steerSteerIpKey struct {
 	Addr [16]uint8
 }
 
+type steerSteerTunnelKey struct {
+	_      structs.HostLayout
+	Vni    uint32
+	Port   uint16
+	Family uint8
+	Pad    uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -107,6 +113,7 @@ const (
 	steerMapSteerFirstCpus = "steer_first_cpus"
 	steerMapSteerFlows     = "steer_flows"
 	steerMapSteerGuards    = "steer_guards"
+	steerMapSteerTunnels   = "steer_tunnels"
 	steerProgSteerDone     = "steer_done"
 	steerProgSteerEntry    = "steer_entry"
 	steerProgSteerIngress  = "steer_ingress"
@@ -178,6 +185,7 @@ type steerMapSpecs struct {
 	SteerFirstCpus *ebpf.MapSpec `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.MapSpec `ebpf:"steer_flows"`
 	SteerGuards    *ebpf.MapSpec `ebpf:"steer_guards"`
+	SteerTunnels   *ebpf.MapSpec `ebpf:"steer_tunnels"`
 }
 
 // steerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -219,6 +227,7 @@ type steerMaps struct {
 	SteerFirstCpus *ebpf.Map `ebpf:"steer_first_cpus"`
 	SteerFlows     *ebpf.Map `ebpf:"steer_flows"`
 	SteerGuards    *ebpf.Map `ebpf:"steer_guards"`
+	SteerTunnels   *ebpf.Map `ebpf:"steer_tunnels"`
 }
 
 func (m *steerMaps) Close() error {
@@ -233,6 +242,7 @@ func (m *steerMaps) Close() error {
 		m.SteerFirstCpus,
 		m.SteerFlows,
 		m.SteerGuards,
+		m.SteerTunnels,
 	)
 }
 

@@ -181,10 +181,7 @@ func TestSteerOnTestbed(t *testing.T) {
 	sendSeq(t, rx, back, "198.19.0.1:7002", 1, 1)
 	beforeB, beforeC := snapshot(t, tb, testbed.HostB), snapshot(t, tb, testbed.CtrB)
 
-	d, err := discover(tb.NS(testbed.HostB))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := onlyPath(t, tb.NS(testbed.HostB))
 	if d.tunnel.Name != testbed.VxB || d.tunnel.Underlay != testbed.WireB || len(d.endpoint) != 1 || d.endpoint[0].dev != testbed.CtB {
 		t.Fatalf("discovered %+v", d)
 	}

@@ -31,16 +31,22 @@ type routedLayout struct {
 	port     int
 	bridge   string // "": routes straight to the pod's veth
 	hostVeth string
+	// vxlan6 is the dual-stack node's second device: the same port and
+	// VNI over the IPv6 underlay, carrying the pods' IPv6 traffic.
+	vxlan6 string
 }
 
 var routedLayouts = []routedLayout{
-	{name: "calico", vxlan: "vxlan.calico", vni: 4096, port: 4789, hostVeth: "cali1234"},
-	{name: "flannel", vxlan: "flannel.1", vni: 1, port: 8472, bridge: "cni0", hostVeth: "veth1234"},
+	{name: "calico", vxlan: "vxlan.calico", vni: 4096, port: 4789, hostVeth: "cali1234", vxlan6: "vxlan-v6.calico"},
+	{name: "flannel", vxlan: "flannel.1", vni: 1, port: 8472, bridge: "cni0", hostVeth: "veth1234", vxlan6: "flannel-v6.1"},
 }
 
 var (
 	vxHostMAC   = net.HardwareAddr{0x66, 0x10, 0, 0, 0, 2}
 	vxRemoteMAC = net.HardwareAddr{0x66, 0x10, 0, 0, 0, 1}
+	// The dual-stack layouts' IPv6 VXLAN devices.
+	vxHostMAC6   = net.HardwareAddr{0x66, 0x10, 0, 0, 6, 2}
+	vxRemoteMAC6 = net.HardwareAddr{0x66, 0x10, 0, 0, 6, 1}
 	podMAC      = net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
 	podV4       = netip.MustParseAddr("10.7.0.2")
 	podV6       = netip.MustParseAddr("fd00:7::2")
@@ -111,10 +117,21 @@ func writeSysctl(path, v string) error {
 // buildRouted builds the layout: a remote host (its VTEP and the sender's
 // inner addresses), the receiving host (underlay ens9, the layout's VXLAN
 // device, forwarding on) and one pod with an IPv4 and an IPv6 address.
-func buildRouted(t *testing.T, lay routedLayout) (remote, host, pod string) {
+// Inner IPv6 goes over the IPv4 underlay too, unless dual: then, as on a
+// dual-stack node, over a second device (lay.vxlan6) on the underlay's
+// IPv6 addresses.
+func buildRouted(t *testing.T, lay routedLayout, dual bool) (remote, host, pod string) {
 	t.Helper()
 	remote, host, pod = newNamedNS(t), newNamedNS(t), newNamedNS(t)
 	under, underPeer := netip.MustParseAddr("198.18.9.2"), netip.MustParseAddr("198.18.9.1")
+	under6, underPeer6 := netip.MustParseAddr("fd00:18:9::2"), netip.MustParseAddr("fd00:18:9::1")
+	// innerVia says which device carries traffic to an inner address.
+	innerVia := func(a netip.Addr, v4, v6 netlink.Link) netlink.Link {
+		if dual && a.Is6() {
+			return v6
+		}
+		return v4
+	}
 	inNS(t, host, func() error {
 		lo, _ := netlink.LinkByName("lo")
 		netlink.LinkSetUp(lo)
@@ -140,10 +157,23 @@ func buildRouted(t *testing.T, lay routedLayout) (remote, host, pod string) {
 		if err != nil {
 			return err
 		}
+		vx6 := vx
+		if dual {
+			if err := addAddr(u, under6, 64); err != nil {
+				return err
+			}
+			if vx6, err = vtep(lay.vxlan6, vxHostMAC6, lay.vni, lay.port, under6, underPeer6, u, vxRemoteMAC6); err != nil {
+				return err
+			}
+		}
 		// The remote's inner addresses are behind the tunnel (replies,
 		// reverse-path filter), as both CNIs route them.
 		for _, a := range []netip.Addr{remoteV4, remoteV6} {
-			if err := hostRoute(vx, a, vxRemoteMAC); err != nil {
+			mac := vxRemoteMAC
+			if dual && a.Is6() {
+				mac = vxRemoteMAC6
+			}
+			if err := hostRoute(innerVia(a, vx, vx6), a, mac); err != nil {
 				return err
 			}
 		}
@@ -220,19 +250,45 @@ func buildRouted(t *testing.T, lay routedLayout) (remote, host, pod string) {
 		if err != nil {
 			return err
 		}
+		vx6 := vx
+		if dual {
+			if err := addAddr(u, underPeer6, 64); err != nil {
+				return err
+			}
+			if vx6, err = vtep("vxr6", vxRemoteMAC6, lay.vni, lay.port, underPeer6, under6, u, vxHostMAC6); err != nil {
+				return err
+			}
+		}
 		for _, a := range []netip.Addr{remoteV4, remoteV6} {
-			if err := addAddr(vx, a, a.BitLen()); err != nil {
+			if err := addAddr(innerVia(a, vx, vx6), a, a.BitLen()); err != nil {
 				return err
 			}
 		}
 		for _, a := range []netip.Addr{podV4, podV6} {
-			if err := hostRoute(vx, a, vxHostMAC); err != nil {
+			mac := vxHostMAC
+			if dual && a.Is6() {
+				mac = vxHostMAC6
+			}
+			if err := hostRoute(innerVia(a, vx, vx6), a, mac); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	return remote, host, pod
+}
+
+// onlyPath discovers the tunnels of ns and requires exactly one.
+func onlyPath(t *testing.T, ns string) tunnelPath {
+	t.Helper()
+	ps, err := discover(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 {
+		t.Fatalf("discovered %d tunnels in %s, want 1: %+v", len(ps), ns, ps)
+	}
+	return ps[0]
 }
 
 func listenIn(t *testing.T, ns string, a netip.AddrPort) *net.UDPConn {
@@ -259,11 +315,8 @@ func TestSteerOnRoutedLayouts(t *testing.T) {
 	}
 	for _, lay := range routedLayouts {
 		t.Run(lay.name, func(t *testing.T) {
-			remote, host, pod := buildRouted(t, lay)
-			d, err := discover(host)
-			if err != nil {
-				t.Fatal(err)
-			}
+			remote, host, pod := buildRouted(t, lay, false)
+			d := onlyPath(t, host)
 			if d.tunnel.Name != lay.vxlan || !d.tunnel.Routed || d.tunnel.Underlay != "ens9" || len(d.endpoint) != 1 {
 				t.Fatalf("discovered tunnel %+v, endpoints %+v", d.tunnel, d.endpoint)
 			}
@@ -293,16 +346,95 @@ func TestSteerOnRoutedLayouts(t *testing.T) {
 	}
 }
 
+// TestSteerOnDualStackLayouts: a dual-stack Calico or Flannel node has two
+// VXLAN devices on one port and VNI (vxlan.calico and vxlan-v6.calico,
+// flannel.1 and flannel-v6.1) that the kernel tells apart by the
+// underlay's family. One enable steers both: discovery finds both, their
+// families and the pod behind each; the IPv4 flow's S2 runs where the rule
+// puts the IPv4 device's stage and the IPv6 flow's where it puts the IPv6
+// device's (a port is chosen for which the other device's id would give
+// the other CPU), the pod's stage for both; disable restores everything.
+func TestSteerOnDualStackLayouts(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	for _, lay := range routedLayouts {
+		t.Run(lay.name, func(t *testing.T) {
+			remote, host, pod := buildRouted(t, lay, true)
+			ps, err := discover(host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ps) != 2 {
+				t.Fatalf("discovered %d tunnels, want %s and %s: %+v", len(ps), lay.vxlan, lay.vxlan6, ps)
+			}
+			slices.SortFunc(ps, func(a, b tunnelPath) int { return a.tunnel.Family - b.tunnel.Family })
+			for i, want := range []struct {
+				name   string
+				family int
+			}{{lay.vxlan, 4}, {lay.vxlan6, 6}} {
+				p := ps[i]
+				if p.tunnel.Name != want.name || p.tunnel.Family != want.family || !p.tunnel.Routed || p.tunnel.Underlay != "ens9" ||
+					len(p.endpoint) != 1 || p.endpoint[0].dev != "eth0" || p.endpoint[0].netns != pod || len(p.endpoint[0].ips) != 2 {
+					t.Fatalf("tunnel %d: %+v with endpoints %+v, want %s over IPv%d to eth0 in %s with both addresses", i, p.tunnel, p.endpoint, want.name, want.family, pod)
+				}
+			}
+			beforeH, beforeP := snapshotNS(t, host), snapshotNS(t, pod)
+			state := filepath.Join(t.TempDir(), "steer.json")
+			st, err := Enable(Options{Netns: host, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, StateFile: state})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, s := range st.Stages {
+				names = append(names, s.Name+":"+s.Device)
+			}
+			if want := []string{"vxlan:" + lay.vxlan, "veth:eth0", "vxlan:" + lay.vxlan6}; !slices.Equal(names, want) {
+				t.Errorf("stages %v, want %v (the pod's device once)", names, want)
+			}
+			if err := Disable(state); err != nil {
+				t.Fatal(err)
+			}
+			v4, v6, ep := uint32(ps[0].vxIndex), uint32(ps[1].vxIndex), uint32(ps[0].endpoint[0].ifindex)
+			for _, fam := range []struct {
+				name      string
+				src, dst  netip.Addr
+				vx, other uint32
+			}{{"ipv4", remoteV4, podV4, v4, v6}, {"ipv6", remoteV6, podV6, v6, v4}} {
+				dst := netip.AddrPortFrom(fam.dst, 7000)
+				rx := listenIn(t, pod, dst)
+				t.Run(fam.name+"/vxlan", func(t *testing.T) {
+					steerStageOnCPU0(t, host, remote, fam.src, dst, rx, "vxlan", fam.vx, fam.other)
+				})
+				t.Run(fam.name+"/veth", func(t *testing.T) {
+					steerStageOnCPU0(t, host, remote, fam.src, dst, rx, "veth", ep)
+				})
+			}
+			if h, p := snapshotNS(t, host), snapshotNS(t, pod); h != beforeH || p != beforeP {
+				t.Errorf("kernel state differs after disable:\nhost before %s\nafter %s\npod before %s\nafter %s", beforeH, h, beforeP, p)
+			}
+		})
+	}
+}
+
 // steerStageOnCPU0 steers one stage (steering enabled for host, a name or
 // a path) for a flow from src (a socket in remote) whose hash puts that
 // stage on CPU 0, and checks where it ran (the sender is pinned to CPU 1,
 // where the unsteered stages run).
-func steerStageOnCPU0(t *testing.T, host, remote string, src netip.Addr, dst netip.AddrPort, rx *net.UDPConn, stage string, stageID uint32) {
+//
+// The rule must put the stage on CPU 1 for every stage id in other (the
+// ids a wrong lookup would hash), so that only the right id passes.
+func steerStageOnCPU0(t *testing.T, host, remote string, src netip.Addr, dst netip.AddrPort, rx *net.UDPConn, stage string, stageID uint32, other ...uint32) {
 	const n = 500
 	var tx *net.UDPConn
-	for p := uint16(20000); p < 20100 && tx == nil; p++ {
+	cpuOf := func(h, id uint32) int {
+		i, _ := Choose(ChoiceInput{FlowHash: h, Stage: id, CPUs: []int{0, 1}, Loads: []float64{0, 0}, Threshold: 0.85, On: true})
+		return i
+	}
+	for p := uint16(20000); p < 20200 && tx == nil; p++ {
 		h := FlowHash(src, dst.Addr(), p, dst.Port(), unix.IPPROTO_UDP)
-		if i, _ := Choose(ChoiceInput{FlowHash: h, Stage: stageID, CPUs: []int{0, 1}, Loads: []float64{0, 0}, Threshold: 0.85, On: true}); i == 0 {
+		if cpuOf(h, stageID) == 0 && !slices.ContainsFunc(other, func(id uint32) bool { return cpuOf(h, id) == 0 }) {
 			tx = listenIn(t, remote, netip.AddrPortFrom(src, p))
 		}
 	}
@@ -372,10 +504,7 @@ func TestSteerOnDockerOverlay(t *testing.T) {
 	}
 	remoteP, hostP, sandboxP, ctrP := testbedtest.DockerOverlay(t)
 	remote, host, sandbox, ctr := filepath.Base(remoteP), filepath.Base(hostP), filepath.Base(sandboxP), filepath.Base(ctrP)
-	d, err := discover(sandboxP)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := onlyPath(t, sandboxP)
 	if d.tunnel.Name != "vxlan0" || d.tunnel.Routed || d.tunnel.Underlay != "eth0" || d.underlayNS != host ||
 		len(d.endpoint) != 1 || d.endpoint[0].dev != "eth0" || d.endpoint[0].netns != ctr {
 		t.Fatalf("discovered tunnel %+v in %s, endpoints %+v", d.tunnel, d.underlayNS, d.endpoint)
@@ -398,7 +527,7 @@ func TestSteerOnDockerOverlay(t *testing.T) {
 		})
 	}
 	// First-stage offload needs the underlay where the VXLAN device is.
-	_, err = Enable(Options{Netns: sandboxP, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, FirstStage: FirstStageCpumap,
+	_, err := Enable(Options{Netns: sandboxP, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, FirstStage: FirstStageCpumap,
 		StateFile: filepath.Join(t.TempDir(), "steer.json")})
 	if err == nil || !strings.Contains(err.Error(), "same namespace") {
 		t.Errorf("cpumap first stage with the underlay in another namespace: %v, want a refusal", err)
@@ -442,7 +571,7 @@ func TestSteerInCallersNamespace(t *testing.T) {
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		t.Skip("skipping: nsenter (util-linux) not installed")
 	}
-	_, host, pod := buildRouted(t, routedLayouts[0])
+	_, host, pod := buildRouted(t, routedLayouts[0], false)
 	beforeH, beforeP := snapshotNS(t, host), snapshotNS(t, pod)
 	state := filepath.Join(t.TempDir(), "steer.json")
 	run := func(op string) error {
@@ -496,7 +625,7 @@ func TestSteerInCallersNamespace(t *testing.T) {
 // its disable restores the namespaces.
 func TestSecondEnableRefused(t *testing.T) {
 	testbedtest.RequireRoot(t)
-	_, host, pod := buildRouted(t, routedLayouts[0])
+	_, host, pod := buildRouted(t, routedLayouts[0], false)
 	beforeH, beforeP := snapshotNS(t, host), snapshotNS(t, pod)
 	o := Options{Netns: host, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Hysteresis: 0.1}
 	first, second := o, o

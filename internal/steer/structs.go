@@ -35,14 +35,12 @@ type steerConfig struct {
 	NCPUs     uint32
 	Threshold uint32 // permille
 	Flags     uint32
-	VxlanPort uint32
 	// IdleMs: a flow-stage idle this long may switch CPU even if its
 	// packets were never seen delivered; 0: never.
 	IdleMs uint32
 	NFirst uint32 // first-stage (XDP cpumap) CPUs
 	// SettleNs: the last delivery must be this old before a switch.
 	SettleNs uint32
-	Pad      uint32
 }
 
 // settleNs gives the old CPU time to finish the IP and socket layers of
@@ -72,6 +70,15 @@ type steerDev struct {
 	Encap   uint32
 	// NextStageID: with devChain*, the next device's StageID.
 	NextStageID uint32
+}
+
+// tunnelKey is struct steer_tunnel_key: how the entry tells an
+// encapsulated packet's VXLAN device (outer family 4 or 6, UDP port, VNI).
+type tunnelKey struct {
+	VNI    uint32
+	Port   uint16
+	Family uint8
+	Pad    uint8
 }
 
 // endpointKey is struct steer_ep_key.
