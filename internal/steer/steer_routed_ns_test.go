@@ -47,11 +47,11 @@ var (
 	// The dual-stack layouts' IPv6 VXLAN devices.
 	vxHostMAC6   = net.HardwareAddr{0x66, 0x10, 0, 0, 6, 2}
 	vxRemoteMAC6 = net.HardwareAddr{0x66, 0x10, 0, 0, 6, 1}
-	podMAC      = net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
-	podV4       = netip.MustParseAddr("10.7.0.2")
-	podV6       = netip.MustParseAddr("fd00:7::2")
-	remoteV4    = netip.MustParseAddr("10.7.1.1")
-	remoteV6    = netip.MustParseAddr("fd00:7:1::1")
+	podMAC       = net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
+	podV4        = netip.MustParseAddr("10.7.0.2")
+	podV6        = netip.MustParseAddr("fd00:7::2")
+	remoteV4     = netip.MustParseAddr("10.7.1.1")
+	remoteV6     = netip.MustParseAddr("fd00:7:1::1")
 )
 
 // newNamedNS creates a uniquely named namespace, removed in cleanup, and
