@@ -54,8 +54,11 @@ the per-CPU threshold, and no steering while the set's average load is above
 the global threshold. A tc ingress program writes the hash that makes the
 next device's RPS (whose rps_cpus become the CPU set) pick that CPU.
 Bridged VXLAN (the testbed) and routed VXLAN (Flannel's flannel.1 -> cni0,
-Calico's vxlan.calico -> cali*) are discovered from the kernel; inner IPv4
-and IPv6 flows are steered.
+Calico's vxlan.calico -> cali*) are discovered from the kernel, every VXLAN
+device of the namespace at once (a dual-stack node's IPv4 and IPv6
+devices); inner IPv4 and IPv6 flows are steered. Docker's overlay: enable
+each network's sandbox (--netns /var/run/docker/netns/1-<id>) on its own;
+the instances share the host's underlay, each steering its own tunnel.
 
 An in-flight guard changes a flow's stage CPU only when none of its packets
 is still queued on the old CPU, so choices may change (second choice, load
@@ -66,6 +69,7 @@ veth underlay the sending end needs tx checksum offload off:
 
   rxlane steer enable --netns rxl-hostB --cpus 0-3 --follow
   rxlane steer enable --cpus 0-3 --follow     # this namespace (a Flannel or Calico node)
+  rxlane steer enable --netns /var/run/docker/netns/1-abcdef1234 --cpus 0-3
   rxlane steer enable --netns rxl-hostB --first-stage cpumap --first-cpus 1 --stages none --sender-tx-off
   rxlane steer status --netns rxl-hostB [--json]
   rxlane steer disable --netns rxl-hostB

@@ -129,13 +129,20 @@ type Attachment struct {
 	// done hook on a container device); Done marks that hook.
 	Netns string `json:"netns,omitempty"`
 	Done  bool   `json:"done,omitempty"`
+	// Handle is the filter's handle when it is not 1: instances that
+	// steer different tunnels share an underlay (attachEntry).
+	Handle uint32 `json:"handle,omitempty"`
 }
 
 func (a Attachment) filter() tcattach.Filter {
 	if a.Done {
 		return doneFilter
 	}
-	return steerFilter
+	f := steerFilter
+	if a.Handle != 0 {
+		f.Handle = a.Handle
+	}
+	return f
 }
 
 // Stage is one steered stage transition.
@@ -312,12 +319,65 @@ func saveState(path string, s *State) error { return jsonstate.Save(path, "steer
 func attach(f tcattach.Filter, dev string, prog *ebpf.Program) (Attachment, error) {
 	created, err := f.Attach(dev, prog)
 	if errors.Is(err, unix.EEXIST) {
-		err = fmt.Errorf("steer: %s already carries a steering program (another enable, e.g. for a second Docker overlay network sharing this underlay: one steering instance per device): %w", dev, err)
+		err = fmt.Errorf("steer: %s already carries a steering program (another enable of this namespace): one steering instance per device: %w", dev, err)
 	}
 	if err != nil && !created {
 		return Attachment{}, err // nothing changed on dev
 	}
 	return Attachment{Device: dev, CreatedClsact: created, Done: f == doneFilter}, err
+}
+
+// attachEntry attaches steer_entry to the underlay dev in the calling
+// thread's namespace. Steering instances of different tunnels may share an
+// underlay (Docker's overlay networks: a sandbox namespace and an enable
+// each, all arriving on the host's eth0): each instance has its own filter
+// at the steering priority, with the next free handle, and its entry
+// leaves packets of tunnels it does not know alone (TC_ACT_UNSPEC), so they
+// reach the next instance's filter. An instance that already steers one of
+// ours is a conflict: refused, nothing changed.
+func attachEntry(dev string, prog *ebpf.Program, ours *ebpf.Map) (Attachment, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("find %s: %w", dev, err)
+	}
+	others, err := steerFilter.Instances(l)
+	if err != nil {
+		return Attachment{}, err
+	}
+	f := steerFilter
+	for _, bf := range others {
+		if err := sharedTunnel(dev, bf.Id, ours); err != nil {
+			return Attachment{}, err
+		}
+		f.Handle = max(f.Handle, bf.Handle+1)
+	}
+	a, err := attach(f, dev, prog)
+	if f.Handle != steerFilter.Handle {
+		a.Handle = f.Handle
+	}
+	return a, err
+}
+
+// sharedTunnel refuses when the steering program id on dev steers a tunnel
+// of ours.
+func sharedTunnel(dev string, id int, ours *ebpf.Map) error {
+	m, err := programMaps(id)
+	if err != nil {
+		return fmt.Errorf("steer: %s carries steering program %d: %w", dev, id, err)
+	}
+	defer m.Close()
+	if m.SteerTunnels == nil {
+		return fmt.Errorf("steer: %s already carries a steering program (%d) of an older rxlane: disable it first", dev, id)
+	}
+	var k tunnelKey
+	var v steerDev
+	for it := ours.Iterate(); it.Next(&k, &v); {
+		var w steerDev
+		if m.SteerTunnels.Lookup(k, &w) == nil {
+			return fmt.Errorf("steer: %s already carries a steering program for VNI %d on UDP port %d over IPv%d (another enable of the same tunnel): one steering instance per tunnel", dev, k.VNI, k.Port, k.Family)
+		}
+	}
+	return nil
 }
 
 // detach removes a steering filter (and the clsact qdisc if steering
@@ -454,14 +514,19 @@ func Enable(o Options) (st *State, err error) {
 			if err != nil {
 				return fmt.Errorf("find %s: %w", a.dev, err)
 			}
-			key, prog := uint32(l.Attrs().Index), objs.SteerIngress
+			key := uint32(l.Attrs().Index)
 			if a.wire {
-				key, prog = key|devKeyWire, objs.SteerEntry
+				key |= devKeyWire
 			}
 			if err := objs.SteerDevs.Put(key, a.cfg); err != nil {
 				return fmt.Errorf("write steer devices: %w", err)
 			}
-			at, err := attach(steerFilter, a.dev, prog)
+			var at Attachment
+			if a.wire {
+				at, err = attachEntry(a.dev, objs.SteerEntry, objs.SteerTunnels)
+			} else {
+				at, err = attach(steerFilter, a.dev, objs.SteerIngress)
+			}
 			if at.Device != "" {
 				if a.netns != o.Netns {
 					at.Netns = a.netns

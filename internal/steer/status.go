@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ func openMaps(st *State) (*steerMaps, error) {
 		}
 		var m *steerMaps
 		err := inNetnsSysfs(ns, func() (err error) {
-			m, err = mapsOf(a.Device)
+			m, err = mapsOf(a.filter(), a.Device)
 			return err
 		})
 		if err != nil {
@@ -38,20 +39,25 @@ func openMaps(st *State) (*steerMaps, error) {
 	return nil, ErrNotEnabled
 }
 
-// mapsOf opens the maps of the steering program attached to dev (nil, nil
-// when there is none). Called inside dev's namespace.
-func mapsOf(dev string) (*steerMaps, error) {
+// mapsOf opens the maps of the steering program attached to dev as filter
+// f (nil, nil when there is none). Called inside dev's namespace.
+func mapsOf(f tcattach.Filter, dev string) (*steerMaps, error) {
 	l, err := netlink.LinkByName(dev)
 	if err != nil {
 		return nil, nil
 	}
-	f, err := steerFilter.Find(l)
-	if err != nil || f == nil {
+	bf, err := f.Find(l)
+	if err != nil || bf == nil {
 		return nil, nil
 	}
-	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(f.Id))
+	return programMaps(bf.Id)
+}
+
+// programMaps opens the maps of the attached steering program id.
+func programMaps(id int) (*steerMaps, error) {
+	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
 	if err != nil {
-		return nil, fmt.Errorf("open attached program %d: %w", f.Id, err)
+		return nil, fmt.Errorf("open attached program %d: %w", id, err)
 	}
 	defer prog.Close()
 	info, err := prog.Info()
@@ -82,6 +88,8 @@ func mapsOf(dev string) (*steerMaps, error) {
 			o.SteerCounters = mp
 		case "steer_guards":
 			o.SteerGuards = mp
+		case "steer_tunnels":
+			o.SteerTunnels = mp
 		default:
 			mp.Close()
 		}

@@ -427,20 +427,7 @@ func TestSteerOnDualStackLayouts(t *testing.T) {
 // ids a wrong lookup would hash), so that only the right id passes.
 func steerStageOnCPU0(t *testing.T, host, remote string, src netip.Addr, dst netip.AddrPort, rx *net.UDPConn, stage string, stageID uint32, other ...uint32) {
 	const n = 500
-	var tx *net.UDPConn
-	cpuOf := func(h, id uint32) int {
-		i, _ := Choose(ChoiceInput{FlowHash: h, Stage: id, CPUs: []int{0, 1}, Loads: []float64{0, 0}, Threshold: 0.85, On: true})
-		return i
-	}
-	for p := uint16(20000); p < 20200 && tx == nil; p++ {
-		h := FlowHash(src, dst.Addr(), p, dst.Port(), unix.IPPROTO_UDP)
-		if cpuOf(h, stageID) == 0 && !slices.ContainsFunc(other, func(id uint32) bool { return cpuOf(h, id) == 0 }) {
-			tx = listenIn(t, remote, netip.AddrPortFrom(src, p))
-		}
-	}
-	if tx == nil {
-		t.Fatal("no sender port whose flow hashes to CPU 0")
-	}
+	tx := senderOnCPU0(t, remote, src, dst, stageID, other...)
 	state := filepath.Join(t.TempDir(), "steer.json")
 	t.Cleanup(func() {
 		if err := Disable(state); err != nil {
@@ -487,6 +474,130 @@ func steerStageOnCPU0(t *testing.T, host, remote string, src netip.Addr, dst net
 	}
 	if err := Disable(state); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// senderOnCPU0 opens, in remote, a socket on src whose flow to dst the rule
+// puts on CPU 0 of {0, 1} (both idle) for stage stageID and on CPU 1 for
+// every stage id in other.
+func senderOnCPU0(t *testing.T, remote string, src netip.Addr, dst netip.AddrPort, stageID uint32, other ...uint32) *net.UDPConn {
+	t.Helper()
+	cpuOf := func(h, id uint32) int {
+		i, _ := Choose(ChoiceInput{FlowHash: h, Stage: id, CPUs: []int{0, 1}, Loads: []float64{0, 0}, Threshold: 0.85, On: true})
+		return i
+	}
+	for p := uint16(20000); p < 20200; p++ {
+		h := FlowHash(src, dst.Addr(), p, dst.Port(), unix.IPPROTO_UDP)
+		if cpuOf(h, stageID) == 0 && !slices.ContainsFunc(other, func(id uint32) bool { return cpuOf(h, id) == 0 }) {
+			return listenIn(t, remote, netip.AddrPortFrom(src, p))
+		}
+	}
+	t.Fatal("no sender port whose flow hashes to CPU 0")
+	return nil
+}
+
+// TestSteerTwoDockerNetworks: two Docker overlay networks (two sandboxes,
+// VNIs 4242 and 4243) share the host's underlay. Each network is enabled
+// on its own: the second instance's entry goes on the host's eth0 as a
+// second filter (handle 2) and each entry leaves the other's packets alone,
+// so each network's flow has its S2 on the CPU its own instance's rule
+// chooses, whichever filter runs first, and only its own instance counts
+// it; enabling a network twice is refused; disabling in either order
+// restores host, sandboxes and containers.
+func TestSteerTwoDockerNetworks(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	remoteP, hostP := testbedtest.DockerHosts(t)
+	nets := []testbedtest.DockerNet{testbedtest.DockerNetwork(t, remoteP, hostP, 0), testbedtest.DockerNetwork(t, remoteP, hostP, 1)}
+	remote, host := filepath.Base(remoteP), filepath.Base(hostP)
+	snap := func() []string {
+		out := []string{snapshotNS(t, host)}
+		for _, n := range nets {
+			out = append(out, snapshotNS(t, filepath.Base(n.Sandbox)), snapshotNS(t, filepath.Base(n.Ctr)))
+		}
+		return out
+	}
+	b0 := snap()
+	type flow struct {
+		tx, rx *net.UDPConn
+		dst    netip.AddrPort
+	}
+	var flows []flow
+	for _, n := range nets {
+		d := onlyPath(t, n.Sandbox)
+		if d.underlayNS != host || d.tunnel.Underlay != "eth0" || d.tunnel.VNI != uint32(n.VNI) {
+			t.Fatalf("network %d: discovered %+v in %s", n.VNI, d.tunnel, d.underlayNS)
+		}
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(n.CtrIP.To4())), 7000)
+		src := netip.AddrFrom4([4]byte(n.RemoteIP.To4()))
+		flows = append(flows, flow{senderOnCPU0(t, remote, src, dst, uint32(d.vxIndex)), listenIn(t, filepath.Base(n.Ctr), dst), dst})
+	}
+	for _, lastOut := range []int{1, 0} {
+		t.Run(fmt.Sprintf("network %d disabled last", lastOut), func(t *testing.T) {
+			states := []string{filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")}
+			for i, n := range nets {
+				t.Cleanup(func() { Disable(states[i]) })
+				st, err := Enable(Options{Netns: n.Sandbox, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Stages: []string{"vxlan"}, StateFile: states[i]})
+				if err != nil {
+					t.Fatalf("enable network %d: %v", i, err)
+				}
+				wantHandle := uint32(0)
+				if i == 1 {
+					wantHandle = 2
+				}
+				if !slices.ContainsFunc(st.Attachments, func(a Attachment) bool { return a.Device == "eth0" && a.Netns == host && a.Handle == wantHandle }) {
+					t.Errorf("network %d: attachments %+v, want the host's eth0 with handle %d", i, st.Attachments, wantHandle)
+				}
+			}
+			enabled := snap()
+			_, err := Enable(Options{Netns: nets[0].Sandbox, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, StateFile: filepath.Join(t.TempDir(), "again.json")})
+			if err == nil || !strings.Contains(err.Error(), "already carries a steering program") {
+				t.Errorf("enabling network 0 twice: %v, want a refusal", err)
+			}
+			if s := snap(); !slices.Equal(s, enabled) {
+				t.Errorf("the refused enable changed the kernel state:\n%v\nwant %v", s, enabled)
+			}
+			const n = 300
+			for i, f := range flows {
+				before := []Status{}
+				for _, s := range states {
+					st, err := ReadStatus(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					before = append(before, st)
+				}
+				got := backlogPackets(t, func() { sendSeq(t, f.tx, f.rx, f.dst.String(), n, 1) })
+				t.Logf("network %d: backlog packets per CPU %v", i, got)
+				if got[0] < 2*n-10 {
+					t.Errorf("network %d: CPU 0 backlog ran %v packets, want its S2 and S3 (%d)", i, got[0], 2*n)
+				}
+				for j, s := range states {
+					st, err := ReadStatus(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					steered := func(x Status) uint64 { return x.Counters["first"] + x.Counters["second"] + x.Counters["static"] }
+					d := steered(st) - steered(before[j])
+					if j == i && d < n {
+						t.Errorf("network %d's instance steered %d of its %d packets", i, d, n)
+					}
+					if j != i && d != 0 {
+						t.Errorf("network %d's instance steered %d packets of network %d", j, d, i)
+					}
+				}
+			}
+			for _, i := range []int{1 - lastOut, lastOut} {
+				if err := Disable(states[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s := snap(); !slices.Equal(s, b0) {
+				t.Errorf("kernel state differs after disable:\nbefore %v\nafter %v", b0, s)
+			}
+		})
 	}
 }
 

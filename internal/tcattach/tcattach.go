@@ -49,7 +49,9 @@ func markedOurs(l netlink.Link) bool {
 }
 
 // Filter names one program's tc ingress filter. Different programs use
-// different priorities so they can sit on the same device.
+// different priorities so they can sit on the same device; instances of
+// one program that share a device (steering instances on a shared
+// underlay) use different handles at that priority.
 type Filter struct {
 	Name   string // filter name (the kernel may append to it)
 	Prio   uint16
@@ -59,6 +61,18 @@ type Filter struct {
 // Find returns the filter on l, or nil when there is none (also when the
 // device has no clsact qdisc).
 func (f Filter) Find(l netlink.Link) (*netlink.BpfFilter, error) {
+	fs, err := f.Instances(l)
+	for _, bf := range fs {
+		if bf.Handle == f.Handle {
+			return bf, nil
+		}
+	}
+	return nil, err
+}
+
+// Instances returns every filter on l with f's priority and name, whatever
+// its handle.
+func (f Filter) Instances(l netlink.Link) ([]*netlink.BpfFilter, error) {
 	fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
@@ -66,12 +80,13 @@ func (f Filter) Find(l netlink.Link) (*netlink.BpfFilter, error) {
 		}
 		return nil, fmt.Errorf("list filters on %s: %w", l.Attrs().Name, err)
 	}
+	var out []*netlink.BpfFilter
 	for _, x := range fs {
 		if bf, ok := x.(*netlink.BpfFilter); ok && bf.Priority == f.Prio && strings.HasPrefix(bf.Name, f.Name) {
-			return bf, nil
+			out = append(out, bf)
 		}
 	}
-	return nil, nil
+	return out, nil
 }
 
 // Attach adds the clsact qdisc if dev has none, then the filter running

@@ -123,3 +123,40 @@ func TestForeignClsactStays(t *testing.T) {
 		}
 	})
 }
+
+// TestInstancesByHandle: two instances of one filter (same name and
+// priority, different handles) sit on one device; each detaches only its
+// own, and the clsact goes with the last.
+func TestInstancesByHandle(t *testing.T) {
+	MarkerDir = t.TempDir()
+	prog := passProg(t)
+	one, two := Filter{Name: "a", Prio: 10, Handle: 1}, Filter{Name: "a", Prio: 10, Handle: 2}
+	inFreshNetns(t, func() {
+		c1, err := one.Attach("d0", prog)
+		if err != nil || !c1 {
+			t.Fatalf("attach 1: created %v, %v", c1, err)
+		}
+		if _, err := two.Attach("d0", prog); err != nil {
+			t.Fatalf("attach 2: %v", err)
+		}
+		l, _ := netlink.LinkByName("d0")
+		if fs, err := one.Instances(l); err != nil || len(fs) != 2 {
+			t.Fatalf("instances: %v, %v", fs, err)
+		}
+		if err := one.Detach("d0", c1); err != nil {
+			t.Fatal(err)
+		}
+		if f, _ := two.Find(l); f == nil || !hasClsact(t) {
+			t.Fatalf("detaching handle 1 took handle 2 (%v) or the clsact", f)
+		}
+		if f, _ := one.Find(l); f != nil {
+			t.Fatalf("handle 1 still there: %+v", f)
+		}
+		if err := two.Detach("d0", false); err != nil {
+			t.Fatal(err)
+		}
+		if hasClsact(t) {
+			t.Fatal("clsact left behind after both detached")
+		}
+	})
+}
