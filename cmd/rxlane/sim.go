@@ -159,13 +159,18 @@ func newSimSweepCmd() *cobra.Command {
 
 func newSimFiguresCmd() *cobra.Command {
 	var out, scen, only string
+	var sets []string
 	cmd := &cobra.Command{
 		Use:   "figures --out DIR [--only papers|falcon-cores]",
 		Short: "Regenerate every paper reproduction as SVG plots plus a markdown report",
 		Long: `figures regenerates the reproductions of docs/sim.md (report.md and SVGs,
 "papers", ~10 s) and the FALCON study over 4-20 cores with the paper's costs
 and with this VM's calibrated costs (falcon-cores.md and PNGs, "falcon-cores",
-about a minute; docs/steer.md). --only picks one of the two.`,
+about a minute; docs/steer.md). --only picks one of the two. --set applies
+an override to every run of the FALCON study, e.g. the locality cost of a
+stage on another CPU:
+
+  rxlane sim figures --only falcon-cores --out /tmp/fc --set kernel.remote_stage_ns=1000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
@@ -173,6 +178,9 @@ about a minute; docs/steer.md). --only picks one of the two.`,
 			}
 			if only != "" && only != "papers" && only != "falcon-cores" {
 				return usagef("sim figures: --only %q: want papers or falcon-cores", only)
+			}
+			if len(sets) > 0 && only != "falcon-cores" {
+				return usagef("sim figures: --set applies to the FALCON study only: add --only falcon-cores")
 			}
 			if st, err := os.Stat(scen); err != nil || !st.IsDir() {
 				return usagef("sim figures: scenario dir %q not found (use --scenarios)", scen)
@@ -184,7 +192,7 @@ about a minute; docs/steer.md). --only picks one of the two.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/report.md\n", out)
 			}
 			if only != "papers" {
-				if err := sim.FalconCores(scen, out, cmd.ErrOrStderr()); err != nil {
+				if err := sim.FalconCores(scen, out, cmd.ErrOrStderr(), sets...); err != nil {
 					return fmt.Errorf("sim figures: %w", err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/falcon-cores.md\n", out)
@@ -195,6 +203,7 @@ about a minute; docs/steer.md). --only picks one of the two.`,
 	cmd.Flags().StringVar(&out, "out", "", "output directory")
 	cmd.Flags().StringVar(&only, "only", "", "papers (docs/sim.md reproductions) or falcon-cores (FALCON vs core count); default both")
 	cmd.Flags().StringVar(&scen, "scenarios", "scenarios", "directory holding the scenario files")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override of every FALCON study run, key=value (repeatable; with --only falcon-cores)")
 	return cmd
 }
 

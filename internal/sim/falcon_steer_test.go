@@ -51,3 +51,40 @@ flows: [{name: f, path: [eth], arrival: {type: const, rate_pps: 1}}]
 		})
 	}
 }
+
+// TestRemoteStageCost: kernel.remote_stage_ns is paid once per packet by a
+// stage whose previous stage ran on another CPU, and never when the stages
+// share a CPU: with RPS moving the second stage to CPU 1, CPU 1's softirq
+// time grows by exactly that cost per packet; with RPS to CPU 0 (where the
+// first stage runs) nothing changes.
+func TestRemoteStageCost(t *testing.T) {
+	const pps, ms, remote = 10000, 100, 2000.0
+	busy := func(rpsCPU int, remoteNs float64) (cpu0, cpu1 float64, delivered int64) {
+		sc := mustParse(t, fmt.Sprintf(`
+name: r
+duration_ms: %d
+cpus: 2
+kernel: {remote_stage_ns: %g}
+nic: {rss_cpus: [0]}
+steering: {mode: rps, rps_cpus: [%d]}
+stages: [{name: eth, kind: nic, cost: 1000}, {name: ip, kind: backlog, cost: 1000}]
+flows: [{name: f, path: [eth, ip], arrival: {type: const, rate_pps: %d}}]
+`, ms, remoteNs, rpsCPU, pps))
+		r := Run(sc)
+		return r.CPUs[0].Softirq, r.CPUs[1].Softirq, r.FlowByName("f").Delivered
+	}
+	_, base1, n := busy(1, 0)
+	_, moved1, n2 := busy(1, remote)
+	if n < pps*ms/1000*9/10 || n2 != n {
+		t.Fatalf("delivered %d and %d packets, want about %d each", n, n2, pps*ms/1000)
+	}
+	got := (moved1 - base1) * ms * 1e6 / float64(n) // ns per packet
+	if got < 0.95*remote || got > 1.05*remote {
+		t.Errorf("stage on another CPU: CPU 1 softirq time grew %.0f ns per packet, want %.0f", got, remote)
+	}
+	same0, _, _ := busy(0, 0)
+	sameR, _, _ := busy(0, remote)
+	if sameR != same0 {
+		t.Errorf("stages on one CPU: softirq share %v with the remote cost, %v without: want equal", sameR, same0)
+	}
+}

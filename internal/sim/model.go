@@ -48,7 +48,10 @@ type packet struct {
 	born  int64
 	svc   int64
 	enq   int64 // entered the current stage's queue (stage_delay)
-	next  *packet
+	// cpu ran the packet's last stage (-1: none yet), for the locality
+	// cost of a stage on another CPU (kernel.remote_stage_ns).
+	cpu  int32
+	next *packet
 }
 
 // pktq is a FIFO ring buffer of packets.
@@ -229,6 +232,7 @@ type Model struct {
 	pol   policy
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
+	remoteNs                                                   int64
 	txNs, coalesceNs                                           int64
 	warm, end                                                  int64
 	restartLimit                                               int
@@ -283,6 +287,7 @@ func NewModel(sc *Scenario) *Model {
 	m.budgetNs = ns(k.BudgetUsecs * 1000)
 	m.isrNs, m.ipiNs, m.pollNs = ns(k.ISRNs), ns(k.IPINs), ns(k.PollNs)
 	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
+	m.remoteNs = ns(k.RemoteStageNs)
 	m.txNs = ns(sc.NIC.TxNs)
 	m.coalesceNs = ns(sc.NIC.CoalesceUs * 1000)
 	m.restartLimit = k.RestartLimit
@@ -515,7 +520,7 @@ func (m *Model) newPacket(f *flow) *packet {
 		p = &packet{}
 	}
 	now := m.sim.Now()
-	p.flow, p.lane, p.size, p.hash, p.born = f, f.lane, int32(f.spec.Size), f.hash, now
+	p.flow, p.lane, p.size, p.hash, p.born, p.cpu = f, f.lane, int32(f.spec.Size), f.hash, now, -1
 	m.littleStep(now)
 	m.inSys++
 	if now >= m.warm {
@@ -954,15 +959,25 @@ func (c *cpu) pollPackets() {
 	p := q.pop()
 	c.curPkt = p
 	st := p.flow.path[p.stage]
-	c.curCost = c.m.sample(st.cost, p.size, st.frac)
+	c.curCost = c.m.sample(st.cost, p.size, st.frac) + c.remoteCost(p)
 	c.phase = phPkt
 	c.inlining = false
 	c.chunk(c.curCost + c.pollOH)
 	c.pollOH = 0
 }
 
+// remoteCost is the locality cost of running p's next stage here when its
+// last stage ran on another CPU.
+func (c *cpu) remoteCost(p *packet) int64 {
+	if p.cpu >= 0 && int(p.cpu) != c.id {
+		return c.m.remoteNs
+	}
+	return 0
+}
+
 func (c *cpu) pktDone() {
 	p := c.curPkt
+	p.cpu = int32(c.id)
 	p.svc += c.curCost
 	c.m.stageDone(p, p.flow.path[p.stage].idx, c.curCost)
 	if !c.inlining {

@@ -57,6 +57,10 @@ type Kernel struct {
 	IPINs            float64 `yaml:"ipi_ns" json:"ipi_ns"`
 	PollNs           float64 `yaml:"poll_ns" json:"poll_ns"`
 	PreemptPenaltyNs float64 `yaml:"preempt_penalty_ns" json:"preempt_penalty_ns"`
+	// RemoteStageNs is CPU time a stage pays on top of its cost when the
+	// packet's previous stage ran on another CPU (the skb and its data are
+	// cold in this CPU's cache): the locality cost of moving a stage.
+	RemoteStageNs    float64 `yaml:"remote_stage_ns" json:"remote_stage_ns,omitempty"`
 	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
 }
 
@@ -335,7 +339,7 @@ func (s *Scenario) Normalize() error {
 	if k.Budget < 1 || k.Weight < 1 || k.MaxBacklog < 1 || k.RestartLimit < 1 || k.BudgetUsecs < 0 {
 		return fmt.Errorf("kernel: netdev_budget, weight, netdev_max_backlog, softirq_restart must be >= 1")
 	}
-	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs} {
+	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs} {
 		if v < 0 {
 			return fmt.Errorf("kernel.%s: must be >= 0", name)
 		}
