@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -14,7 +15,8 @@ import (
 	"github.com/rxlane/rxlane/internal/trace"
 )
 
-// wireGRO streams TCP from ctrA (sender pinned to CPU 0) to ctrB, at most
+// wireGRO streams TCP from ctrA to ctrB (writer and reader pinned to CPU
+// 0), at most
 // 16 MiB or 10 s, under the tracer, and returns hostB's wire GRO entries
 // (segments) and skbs received per CPU.
 func wireGRO(t *testing.T, tb testbed.Config, port string) (gro, recv map[int]uint64) {
@@ -37,7 +39,12 @@ func wireGRO(t *testing.T, tb testbed.Config, port string) (gro, recv map[int]ui
 	}
 	defer s.Close()
 	got := make(chan int64, 1)
-	go func() { n, _ := io.Copy(io.Discard, s); got <- n }()
+	go func() {
+		// The reader's window updates must leave from CPU 0 too.
+		defer pinThread(t, 0)()
+		n, _ := io.Copy(io.Discard, s)
+		got <- n
+	}()
 	// (A delivery device makes the tracer attach its packet-event probes
 	// without delay tracking.)
 	tr, err := trace.Start(context.Background(), trace.Options{Devices: []string{testbed.WireB}, DeliveryDevice: testbed.WireB, NoPolls: true, NoDelays: true})
@@ -85,8 +92,9 @@ func wireGRO(t *testing.T, tb testbed.Config, port string) (gro, recv map[int]ui
 // TestFirstStageRunsGRO: FALCON's GRO splitting moves GRO off the core that
 // polls the NIC. The stock equivalent is the cpumap first stage: XDP stays
 // on the polling CPU and hands frames over before any skb exists, and the
-// cpumap kthread allocates the skbs and runs GRO. On the shared layout the
-// wire's GRO runs on the sender's CPU 0 without steering; with
+// cpumap kthread allocates the skbs and runs GRO. On the shared layout,
+// with every transmit of the stream from CPU 0, the wire's GRO runs on CPU
+// 0 without steering; with
 // --first-stage cpumap --first-cpus 1 it runs on CPU 1, and still merges
 // (fewer skbs leave GRO than segments enter it).
 func TestFirstStageRunsGRO(t *testing.T) {
@@ -96,6 +104,14 @@ func TestFirstStageRunsGRO(t *testing.T) {
 	c := testbedtest.Config(t)
 	c.Layout = testbed.LayoutShared
 	tb := testbedtest.Up(t, c)
+	// Every transmit of the stream from CPU 0: ACK-clocked ones leave
+	// where hostA receives the ACKs, so that goes to CPU 0 as well (the
+	// namespaces, and this setting, go at the end).
+	if err := testbed.DoSysfs(tb, testbed.HostA, func() error {
+		return os.WriteFile(filepath.Join("/sys/class/net", testbed.WireA, "queues/rx-0/rps_cpus"), []byte("1\n"), 0)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	gro, _ := wireGRO(t, tb, "7301")
 	if gro[0] < 9*(gro[0]+gro[1])/10 {
 		t.Errorf("without steering: wire GRO per CPU %v, want it on the sender's CPU 0", gro)
