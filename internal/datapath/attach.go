@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/bpfmaps"
 	"github.com/rxlane/rxlane/internal/jsonstate"
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/policy"
@@ -108,45 +109,25 @@ func openAttached(devs []string) (*lanesMaps, *ebpf.Program, error) {
 
 // mapsOf finds the lane's maps by name among a loaded program's maps.
 func mapsOf(prog *ebpf.Program) (*lanesMaps, error) {
-	info, err := prog.Info()
-	if err != nil {
-		return nil, fmt.Errorf("program info: %w", err)
-	}
-	ids, ok := info.MapIDs()
-	if !ok {
-		return nil, errors.New("program info has no map IDs")
-	}
-	byName := map[string]*ebpf.Map{}
-	for _, id := range ids {
-		m, err := ebpf.NewMapFromID(id)
-		if err != nil {
-			return nil, fmt.Errorf("open map %d: %w", id, err)
-		}
-		mi, err := m.Info()
-		if err != nil {
-			m.Close()
-			return nil, err
-		}
-		byName[mi.Name] = m
-	}
 	var o lanesMaps
-	for name, dst := range map[string]**ebpf.Map{
-		"dst_masks": &o.DstMasks, "src_masks": &o.SrcMasks, "port_masks": &o.PortMasks,
-		"proto_masks": &o.ProtoMasks, "vnis": &o.Vnis, "endpoints": &o.Endpoints,
-		"reasons": &o.Reasons, "rule_stats": &o.RuleStats, "lane_stats": &o.LaneStats,
+	if err := bpfmaps.Open(prog, &o); err != nil {
+		o.Close()
+		return nil, err
+	}
+	// Maps only some programs use may be nil: the outer headers'
+	// (vxlan_ports, local_addrs, vteps: not lanes_tunnel), dev_macs (only
+	// lanes_xdp), tunnel_vnis (only lanes_tunnel). A map no attached
+	// program holds is gone; writers skip nil maps.
+	for name, m := range map[string]*ebpf.Map{
+		"dst_masks": o.DstMasks, "src_masks": o.SrcMasks, "port_masks": o.PortMasks,
+		"proto_masks": o.ProtoMasks, "vnis": o.Vnis, "endpoints": o.Endpoints,
+		"reasons": o.Reasons, "rule_stats": o.RuleStats, "lane_stats": o.LaneStats,
 	} {
-		m, ok := byName[name]
-		if !ok {
+		if m == nil {
 			o.Close()
 			return nil, fmt.Errorf("attached program has no map %s: not rxlane's lanes program?", name)
 		}
-		*dst = m
 	}
-	// Maps only some programs use: the outer headers' (not lanes_tunnel),
-	// dev_macs (only lanes_xdp), tunnel_vnis (only lanes_tunnel). A map
-	// no attached program holds is gone; writers skip nil maps.
-	o.VxlanPorts, o.LocalAddrs, o.Vteps = byName["vxlan_ports"], byName["local_addrs"], byName["vteps"]
-	o.DevMacs, o.TunnelVnis = byName["dev_macs"], byName["tunnel_vnis"]
 	return &o, nil
 }
 

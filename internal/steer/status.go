@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/bpfmaps"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -60,39 +61,10 @@ func programMaps(id int) (*steerMaps, error) {
 		return nil, fmt.Errorf("open attached program %d: %w", id, err)
 	}
 	defer prog.Close()
-	info, err := prog.Info()
-	if err != nil {
-		return nil, fmt.Errorf("program info: %w", err)
-	}
-	ids, _ := info.MapIDs()
 	var o steerMaps
-	for _, id := range ids {
-		mp, err := ebpf.NewMapFromID(id)
-		if err != nil {
-			o.Close()
-			return nil, fmt.Errorf("open map %d: %w", id, err)
-		}
-		mi, _ := mp.Info()
-		switch mi.Name {
-		case "steer_config":
-			o.SteerConfig = mp
-		case "steer_cpus":
-			o.SteerCpus = mp
-		case "steer_devs":
-			o.SteerDevs = mp
-		case "steer_endpoints":
-			o.SteerEndpoints = mp
-		case "steer_flows":
-			o.SteerFlows = mp
-		case "steer_counters":
-			o.SteerCounters = mp
-		case "steer_guards":
-			o.SteerGuards = mp
-		case "steer_tunnels":
-			o.SteerTunnels = mp
-		default:
-			mp.Close()
-		}
+	if err := bpfmaps.Open(prog, &o); err != nil {
+		o.Close()
+		return nil, err
 	}
 	if o.SteerConfig == nil || o.SteerCpus == nil || o.SteerFlows == nil || o.SteerCounters == nil {
 		o.Close()
