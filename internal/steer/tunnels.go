@@ -199,12 +199,12 @@ func planTunnels(paths []tunnelPath, o Options, st *State, objs *steerObjects) (
 	}
 	seen := map[devRef]bool{}
 	tunnels := map[tunnelKey]string{}
+	// The entry at the underlay numbers packets for the guard and steers
+	// S2; with --stages veth and a first stage it only numbers them (no
+	// RPS on the VXLAN device: the written hash has no effect there),
+	// where steer_xdp's mark is still readable.
+	entry := want("vxlan") || o.FirstStage != ""
 	for _, p := range paths {
-		// The entry at the underlay numbers packets for the guard and
-		// steers S2; with --stages veth and a first stage it only numbers
-		// them (no RPS on the VXLAN device: the written hash has no
-		// effect there), where steer_xdp's mark is still readable.
-		entry := want("vxlan") || o.FirstStage != ""
 		if entry && !seen[devRef{p.underlayNS, p.tunnel.Underlay}] {
 			seen[devRef{p.underlayNS, p.tunnel.Underlay}] = true
 			flags := uint32(devEntry)
