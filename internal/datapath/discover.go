@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -24,8 +25,11 @@ import (
 //     the bridge FDB's MACs on veth ports.
 //   - routed: a VXLAN device without a master (Flannel's flannel.1 routed
 //     to cni0, Calico's vxlan.calico routed to /32s on cali* veths).
-//     Endpoints are the neighbours behind link-scope routes, resolved to a
-//     veth directly or through the bridge FDB.
+//     Endpoints are the pods behind link-scope routes: the addresses and
+//     MAC of the other end of the route's veth, or of a veth port of the
+//     route's bridge, read in the pod's namespace (so a pod nothing has
+//     been sent to yet is served), and the neighbours behind those routes
+//     (a pod whose namespace has no file where we look).
 //
 // Peers are the VXLAN device's unicast default remote and FDB
 // destinations. The underlay device is the VXLAN device's link, or the
@@ -93,9 +97,10 @@ func Discover() (Topology, error) {
 		t.Tunnels = append(t.Tunnels, tn)
 	}
 	brSkip := bridgeNetfilter()
+	ps := newPods()
 	for _, tn := range t.Tunnels {
 		if tn.Routed {
-			eps, err := routedEndpoints(tn, byIndex, fdb)
+			eps, err := routedEndpoints(tn, byIndex, fdb, ps)
 			if err != nil {
 				return t, err
 			}
@@ -108,13 +113,13 @@ func Discover() (Topology, error) {
 			skip = join(skip, "bridge "+b.Name+" filters VLANs")
 		}
 		known := map[string]bool{}
-		add := func(port netlink.Link, mac net.HardwareAddr) {
+		add := func(port netlink.Link, mac net.HardwareAddr, addrs []netip.Addr) {
 			if len(mac) != 6 || mac[0]&1 == 1 || bytes.Equal(mac, port.Attrs().HardwareAddr) || known[mac.String()] {
 				return // multicast, the port's own address, or seen
 			}
 			known[mac.String()] = true
 			t.Endpoints = append(t.Endpoints, Endpoint{
-				VNI: tn.VNI, MAC: mac, Dev: port.Attrs().Name, Ifindex: port.Attrs().Index,
+				VNI: tn.VNI, MAC: mac, Addrs: addrs, Dev: port.Attrs().Name, Ifindex: port.Attrs().Index,
 				MTU: port.Attrs().MTU, Skip: join(skip, egressFilter(port)),
 			})
 		}
@@ -124,13 +129,13 @@ func Discover() (Topology, error) {
 			}
 			// A port whose other end cannot be found (no namespace
 			// file) is still served through its FDB entries below.
-			if _, peer, err := vethPeer(l); err == nil {
-				add(l, peer.Attrs().HardwareAddr)
+			if pod, err := ps.of(l); err == nil {
+				add(l, pod.MAC, pod.Addrs)
 			}
 		}
 		for _, n := range fdb {
 			if port, ok := byIndex[n.LinkIndex]; ok && n.MasterIndex == br && port.Type() == "veth" {
-				add(port, n.HardwareAddr)
+				add(port, n.HardwareAddr, nil)
 			}
 		}
 	}
@@ -192,8 +197,6 @@ func egressFilter(l netlink.Link) string {
 // reverse-path filtering, which the lane does not run.
 const routedSkip = "routed endpoint: the normal path runs netfilter FORWARD and rp_filter, which the lane skips"
 
-// routedEndpoints finds, for a routed tunnel, the local containers: the
-// neighbours behind link-scope routes on veths or bridges.
 // RouteDevice is the device the calling thread's namespace routes a to:
 // for a VXLAN device without a fixed underlay, the device its peer's
 // packets arrive on.
@@ -212,13 +215,28 @@ func RouteDevice(a netip.Addr) (string, error) {
 	return l.Attrs().Name, nil
 }
 
-func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neigh) ([]Endpoint, error) {
+// routedEndpoints finds, for a routed tunnel, the local pods behind
+// link-scope routes on veths (Calico: a /32 or /128 per pod) or bridges
+// (Flannel: the node's pod subnet on cni0). A pod is found first from its
+// own side of the veth (its addresses inside the route's prefix and its
+// MAC, read in its namespace), so a pod the host has never forwarded to is
+// served at once; then from the neighbour table (a pod whose namespace has
+// no file where we look, resolved to its bridge port through the FDB).
+func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neigh, ps *pods) ([]Endpoint, error) {
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("list routes: %w", err)
 	}
 	var out []Endpoint
 	seen := map[netip.Addr]bool{}
+	add := func(dev, port netlink.Link, ip netip.Addr, mac net.HardwareAddr) {
+		seen[ip] = true
+		out = append(out, Endpoint{
+			VNI: tn.VNI, IP: ip, MAC: mac, SrcMAC: dev.Attrs().HardwareAddr,
+			Dev: port.Attrs().Name, Ifindex: port.Attrs().Index, MTU: port.Attrs().MTU,
+			Skip: join(routedSkip, egressFilter(port)),
+		})
+	}
 	for _, r := range routes {
 		dev, ok := byIndex[r.LinkIndex]
 		if !ok || r.Dst == nil || r.Gw != nil || (dev.Type() != "veth" && dev.Type() != "bridge") {
@@ -235,6 +253,30 @@ func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neig
 		}
 		ones, _ := r.Dst.Mask.Size()
 		prefix := netip.PrefixFrom(pfx.Unmap(), ones)
+		if prefix.Addr().IsLinkLocalUnicast() || prefix.Addr().IsMulticast() {
+			continue // fe80::/64 on every veth, multicast: no pods there
+		}
+		ports := []netlink.Link{dev}
+		if dev.Type() == "bridge" {
+			ports = ports[:0]
+			for _, l := range byIndex {
+				if l.Attrs().MasterIndex == dev.Attrs().Index && l.Type() == "veth" {
+					ports = append(ports, l)
+				}
+			}
+			slices.SortFunc(ports, func(a, b netlink.Link) int { return a.Attrs().Index - b.Attrs().Index })
+		}
+		for _, port := range ports {
+			pod, err := ps.of(port)
+			if err != nil || len(pod.MAC) != 6 {
+				continue // found below, from the neighbour table, if at all
+			}
+			for _, ip := range pod.Addrs {
+				if prefix.Contains(ip) && !seen[ip] {
+					add(dev, port, ip, pod.MAC)
+				}
+			}
+		}
 		neighs, err := netlink.NeighList(dev.Attrs().Index, netlink.FAMILY_ALL)
 		if err != nil {
 			return nil, fmt.Errorf("list neighbours on %s: %w", dev.Attrs().Name, err)
@@ -245,7 +287,7 @@ func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neig
 				continue
 			}
 			ip = ip.Unmap()
-			if !prefix.Contains(ip) || seen[ip] {
+			if !prefix.Contains(ip) || seen[ip] || ip.IsLinkLocalUnicast() {
 				continue
 			}
 			port := dev
@@ -262,12 +304,7 @@ func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neig
 					continue
 				}
 			}
-			seen[ip] = true
-			out = append(out, Endpoint{
-				VNI: tn.VNI, IP: ip, MAC: n.HardwareAddr, SrcMAC: dev.Attrs().HardwareAddr,
-				Dev: port.Attrs().Name, Ifindex: port.Attrs().Index, MTU: port.Attrs().MTU,
-				Skip: join(routedSkip, egressFilter(port)),
-			})
+			add(dev, port, ip, n.HardwareAddr)
 		}
 	}
 	return out, nil

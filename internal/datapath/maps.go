@@ -41,6 +41,10 @@ type Endpoint struct {
 	MAC net.HardwareAddr `json:"mac"`
 	// IP is the key for routed tunnels (invalid for bridged ones).
 	IP netip.Addr `json:"ip,omitzero"`
+	// Addrs are a bridged endpoint's addresses as its own interface
+	// has them (not used by the datapath: they tell which rules can
+	// match it).
+	Addrs []netip.Addr `json:"addrs,omitempty"`
 	// Dev and Ifindex name the host side of the container's veth pair:
 	// bpf_redirect_peer hands packets to its peer.
 	Dev     string `json:"dev"`

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -121,36 +120,18 @@ type PeerOffload struct {
 	Prev    bool    `json:"prev"`
 }
 
-// netnsDirs are where named namespaces live (ip netns, Docker).
-var netnsDirs = []string{"/run/netns", "/var/run/docker/netns"}
+// netnsDirs are where named namespaces live: ip netns and Kubernetes' CNI
+// (cni-<id>) under /run/netns or /var/run/netns (one directory where
+// /var/run links to /run), Docker under its own directory.
+var netnsDirs = []string{"/run/netns", "/var/run/netns", "/var/run/docker/netns"}
 
 // PeerNetns finds the namespace file of a veth's peer: the namespace whose
 // ID, as seen from the calling thread's namespace, is the link's
-// IFLA_LINK_NETNSID. It looks where ip netns and Docker keep their files.
+// IFLA_LINK_NETNSID. It looks where ip netns, CNI and Docker keep their
+// files, and at the host's namespace.
 func PeerNetns(nsid int) (string, error) {
-	for _, dir := range netnsDirs {
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			p := filepath.Join(dir, e.Name())
-			h, err := netns.GetFromPath(p)
-			if err != nil {
-				continue
-			}
-			id, err := netlink.GetNetNsIdByFd(int(h))
-			h.Close()
-			if err == nil && id == nsid {
-				return p, nil
-			}
-		}
-	}
-	// The host's own namespace (Docker creates its overlay's VXLAN
-	// devices there) has no file in those directories.
-	if h, err := netns.GetFromPath(initNetns); err == nil {
-		id, err := netlink.GetNetNsIdByFd(int(h))
-		h.Close()
-		if err == nil && id == nsid {
-			return initNetns, nil
-		}
+	if p, ok := netnsIDs()[nsid]; ok {
+		return p, nil
 	}
 	return "", fmt.Errorf("no namespace file for netns id %d in %v or %s", nsid, netnsDirs, initNetns)
 }
