@@ -63,13 +63,26 @@ the receiving host: a tc ingress program on the underlay device decapsulates
 matching VXLAN packets and hands them straight to the container's veth
 (PRISM-sync on a stock kernel). Everything else takes the normal path.
 
-  rxlane lanes add --dst 198.19.0.2 --proto udp --port 7000
-  rxlane lanes enable --netns rxl-hostB
+On the testbed (rxlane testbed up), for ctrB's UDP port 7000:
+
+  rxlane lanes add --netns rxl-hostB --dst 198.19.0.2 --proto udp --port 7000
+  rxlane lanes enable --netns rxl-hostB --force --trust-outer-csum
   rxlane lanes stats --netns rxl-hostB
   rxlane lanes disable --netns rxl-hostB
 
-Rules live in a state file and can change while the lane is enabled. See
-docs/lanes.md.`,
+Rules are kept per namespace: give add the --netns you give enable. enable
+prints how many rules the lane holds and every condition of the node that
+would send their traffic to the normal path. On the testbed two apply:
+bridge netfilter is on on most machines (--force serves the container
+anyway, skipping iptables on bridged traffic), and the wire is a veth,
+which does not verify the outer UDP checksums the tunnel sets
+(--trust-outer-csum takes them unverified). On a Flannel or Calico node
+the pods are routed (--force: the lane skips netfilter FORWARD); on a
+Docker overlay network give --netns /var/run/docker/netns/1-<id>.
+
+Endpoints are read when the lane is enabled; keep 'rxlane lanes watch'
+running to follow pods that start or stop later. Rules can change while
+the lane is enabled. See docs/lanes.md.`,
 	}
 	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "network namespace of the receiving host (name in /run/netns or a path; default: this one)")
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "/run/rxlane/lanes", "where rules and datapath state are kept")
@@ -109,10 +122,17 @@ func newLanesAddCmd(f *lanesFlags) *cobra.Command {
 			if err := applyIfEnabled(nsPath, dpFile, set, r.ID); err != nil {
 				return err
 			}
+			warning := ruleWarning(nsPath, f.netns, r)
 			if f.json {
-				return writeJSON(cmd.OutOrStdout(), r)
+				return writeJSON(cmd.OutOrStdout(), struct {
+					policy.Rule
+					Warning string `json:"warning,omitempty"`
+				}{r, warning})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "rule %d: %s\n", r.ID, r)
+			if warning != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", warning)
+			}
 			return nil
 		},
 	}
@@ -122,6 +142,27 @@ func newLanesAddCmd(f *lanesFlags) *cobra.Command {
 	cmd.Flags().StringVar(&s.Port, "port", "", "destination port N or range N-M (udp/tcp)")
 	cmd.Flags().StringVar(&s.VNI, "vni", "", "only on this VNI")
 	return cmd
+}
+
+// ruleWarning says what a user who just added r must know about the
+// namespace it went to: that it has no VXLAN device (rules are kept per
+// namespace: a forgotten --netns), or that no local endpoint matches r yet.
+func ruleWarning(nsPath, netnsFlag string, r policy.Rule) string {
+	topo, err := datapath.ShowTopology(nsPath)
+	if err != nil {
+		return ""
+	}
+	where := "this namespace"
+	if netnsFlag != "" {
+		where = "namespace " + netnsFlag
+	}
+	if len(topo.Tunnels) == 0 {
+		return fmt.Sprintf("%s has no VXLAN device: rules are kept per namespace, so rule %d serves only a lane enabled here (did you mean --netns?)", where, r.ID)
+	}
+	if !datapath.MatchesEndpoint(topo, r) {
+		return fmt.Sprintf("rule %d matches no local endpoint yet in %s: its packets take the normal path until a pod with that address is found (lanes enable, sync or watch)", r.ID, where)
+	}
+	return ""
 }
 
 func applyIfEnabled(nsPath, dpFile string, set *policy.Set, newIDs ...int) error {
@@ -227,6 +268,8 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), topo)
 			}
 			printTopology(cmd.OutOrStdout(), topo)
+			printAdvice(cmd.OutOrStdout(), topo.Advice)
+			fmt.Fprintf(cmd.OutOrStdout(), "endpoints were read now: pods that start or stop later are picked up by `rxlane lanes watch%s` (or `rxlane lanes sync`)\n", netnsArg(f.netns))
 			return nil
 		},
 	}
@@ -235,6 +278,25 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&trust, "trust-outer-csum", false, "take packets with an outer UDP checksum the device did not verify")
 	cmd.Flags().StringVar(&mode, "mode", datapath.ModeSync, "lane mode: sync (tc, run to completion) or queue (XDP before GRO/RPS, the container veth's own NAPI ring)")
 	return cmd
+}
+
+// netnsArg is the --netns flag to repeat in a hint.
+func netnsArg(netns string) string {
+	if netns == "" {
+		return ""
+	}
+	return " --netns " + netns
+}
+
+// printAdvice prints how many rules the lane holds and each warning.
+func printAdvice(w io.Writer, a *datapath.Advice) {
+	if a == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nrules: %d loaded\n", a.Rules)
+	for _, s := range a.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", s)
+	}
 }
 
 func printTopology(w io.Writer, t datapath.Topology) {
@@ -264,6 +326,12 @@ func printTopology(w io.Writer, t datapath.Topology) {
 		ip := "-"
 		if e.IP.IsValid() {
 			ip = e.IP.String()
+		} else if len(e.Addrs) > 0 {
+			var as []string
+			for _, a := range e.Addrs {
+				as = append(as, a.String())
+			}
+			ip = strings.Join(as, ",")
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", e.Dev, e.VNI, e.MAC, ip, served)
 	}
@@ -303,6 +371,7 @@ func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), topo)
 			}
 			printTopology(cmd.OutOrStdout(), topo)
+			printAdvice(cmd.OutOrStdout(), topo.Advice)
 			return nil
 		},
 	}
@@ -383,6 +452,12 @@ func newLanesStatsCmd(f *lanesFlags) *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), st)
 			}
 			w := cmd.OutOrStdout()
+			for _, s := range st.Warnings {
+				fmt.Fprintf(w, "WARNING: %s\n", s)
+			}
+			if len(st.Warnings) > 0 {
+				fmt.Fprintln(w)
+			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "LANE\tPACKETS\tBYTES\n")
 			fmt.Fprintf(tw, "high\t%d\t%d\nlow\t%d\t%d\n", st.High.Packets, st.High.Bytes, st.Low.Packets, st.Low.Bytes)

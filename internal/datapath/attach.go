@@ -60,6 +60,9 @@ type State struct {
 	Mode string `json:"mode,omitempty"`
 	// Peers are settings the queue lane changed on containers' veths.
 	Peers []PeerOffload `json:"peers,omitempty"`
+	// TrustOuterCsum is the loaded program's --trust-outer-csum (for
+	// Sync's advice).
+	TrustOuterCsum bool `json:"trust_outer_csum,omitempty"`
 }
 
 // ErrNotEnabled is returned when no lane is attached.
@@ -195,7 +198,7 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		if err := applyPolicy(&objs.lanesMaps, tables); err != nil {
 			return err
 		}
-		st := &State{Netns: o.Netns, Force: o.Force, Mode: mode}
+		st := &State{Netns: o.Netns, Force: o.Force, Mode: mode, TrustOuterCsum: o.TrustOuterCsum}
 		undo := func() {
 			for _, a := range st.Attachments {
 				if a.XDP {
@@ -254,6 +257,14 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		}
 		return nil
 	})
+	if err == nil {
+		trust := o.TrustOuterCsum
+		if prev != nil {
+			trust = prev.TrustOuterCsum // a re-enable keeps the loaded program
+		}
+		adv := advise(topo, rules, readUnderlays(o.Netns, topo), o.Force, trust, mode)
+		topo.Advice = &adv
+	}
 	return topo, err
 }
 
@@ -418,7 +429,12 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 				return err
 			}
 		}
-		return writeTopology(m, topo, policy.Compile(rules), force)
+		if err := writeTopology(m, topo, policy.Compile(rules), force); err != nil {
+			return err
+		}
+		adv := advise(topo, rules, readUnderlays(cmp.Or(o.Netns, st.Netns), topo), force, st.TrustOuterCsum, cmp.Or(st.Mode, ModeSync))
+		topo.Advice = &adv
+		return nil
 	})
 	return topo, err
 }
@@ -445,6 +461,26 @@ type Stats struct {
 	Low       LaneStats         `json:"low"`
 	Rules     []RuleStats       `json:"rules"`
 	Fallbacks map[string]uint64 `json:"fallbacks"`
+	// Warnings name counters that say the lane is not serving what its
+	// rules match (see statsWarnings).
+	Warnings []string `json:"warnings"`
+}
+
+// statsWarnings reads the counters as a user must not miss them: packets
+// a rule matched that still took the normal path, and a lane whose every
+// packet fails the outer checksum test.
+func statsWarnings(s *Stats, rules int) []string {
+	w := []string{}
+	if rules == 0 {
+		w = append(w, "the lane holds no rule: every packet takes the normal path (add rules with the same --netns as enable)")
+	}
+	if n := s.Fallbacks["no_endpoint"]; n > 0 {
+		w = append(w, fmt.Sprintf("%d packets matched a rule but found no served local endpoint (no_endpoint) and took the normal path: run `rxlane lanes sync` (or keep `rxlane lanes watch` running) after pods change; endpoints that need --force are listed by `lanes sync`", n))
+	}
+	if n := s.Fallbacks["outer_csum"]; n > 0 && s.High.Packets == 0 {
+		w = append(w, fmt.Sprintf("%d packets took the normal path because their outer UDP checksum was set but not verified by the device (outer_csum), and none was served: re-enable with --trust-outer-csum if the underlay cannot verify checksums (a veth)", n))
+	}
+	return w
 }
 
 // ReadStats reads the counters of an enabled lane.
@@ -469,6 +505,7 @@ func ReadStats(o Options, rules *policy.Set) (*Stats, error) {
 				}
 				s.Rules = append(s.Rules, rs)
 			}
+			s.Warnings = statsWarnings(s, len(rules.Rules))
 		}
 		return err
 	})

@@ -66,6 +66,7 @@ func Discover() (Topology, error) {
 		if (vx.SrcAddr != nil && vx.SrcAddr.To4() == nil) || (vx.Group != nil && vx.Group.To4() == nil) {
 			tn.Family = 6
 		}
+		tn.OuterCsum = tn.Family == 4 && vx.UDPCSum || tn.Family == 6 && !vx.UDP6ZeroCSumTx
 		if m, ok := byIndex[vx.MasterIndex]; ok && m.Type() == "bridge" {
 			tn.Bridge = m.Attrs().Name
 		} else {

@@ -31,6 +31,10 @@ type Tunnel struct {
 	// Two devices may share a port and VNI, one per family (Flannel's
 	// and Calico's dual-stack nodes).
 	Family int `json:"family"`
+	// OuterCsum is true when this host's device puts UDP checksums on
+	// the packets it sends (udpcsum; IPv6 unless udp6zerocsumtx): its
+	// peers, configured alike, most likely do too.
+	OuterCsum bool `json:"outer_csum"`
 }
 
 // Endpoint is a local container interface the lane may deliver to.
@@ -66,6 +70,9 @@ type Topology struct {
 	// Forced is set by Enable and Sync when endpoints with a Skip reason
 	// are served anyway (--force now or when the lane was enabled).
 	Forced bool `json:"forced,omitempty"`
+	// Advice is set by Enable and Sync: what sends the rules' traffic to
+	// the normal path.
+	Advice *Advice `json:"advice,omitempty"`
 }
 
 func addr16(a netip.Addr) [16]byte { return a.Unmap().As16() }

@@ -39,11 +39,13 @@ type Offload string
 const (
 	OffloadGRO    Offload = "gro"
 	OffloadTxCsum Offload = "tx"
+	OffloadRxCsum Offload = "rx"
 )
 
 var offloadCmds = map[Offload][2]uint32{
 	OffloadGRO:    {unix.ETHTOOL_GGRO, unix.ETHTOOL_SGRO},
 	OffloadTxCsum: {unix.ETHTOOL_GTXCSUM, unix.ETHTOOL_STXCSUM},
+	OffloadRxCsum: {unix.ETHTOOL_GRXCSUM, unix.ETHTOOL_SRXCSUM},
 }
 
 type ethtoolValue struct {

@@ -20,11 +20,22 @@ type WatchOptions struct {
 	// Every re-syncs also without events (a safety net for events lost to
 	// a full netlink socket buffer); 0 disables it.
 	Every time.Duration
+	// FollowUps are further syncs after each settled burst of events, at
+	// these delays after the first: a CNI plugin gives the pod its
+	// address inside the pod's namespace, where no event of ours sees it
+	// (the bridge plugin does that after the host side is up). Nil means
+	// DefaultFollowUps.
+	FollowUps []time.Duration
 }
 
+// DefaultFollowUps catch a pod's address a CNI plugin sets a moment after
+// the last host-side event.
+var DefaultFollowUps = []time.Duration{500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+
 // Watch keeps an enabled lane's endpoints, peers and tunnels current: it
-// listens to link and neighbour (bridge FDB) events of the lane's
-// namespace and re-syncs once they settle, with the rules loadRules
+// listens to link, route (a routed pod's /32) and neighbour (bridge FDB)
+// events of the lane's namespace and re-syncs once they settle (and at
+// the follow-up delays after that), with the rules loadRules
 // returns at that moment. report is called after every sync. Watch
 // returns when ctx ends (nil), when the lane is disabled (ErrNotEnabled),
 // or when it cannot listen.
@@ -57,7 +68,8 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 	defer close(done)
 	links := make(chan netlink.LinkUpdate, 64)
 	neighs := make(chan netlink.NeighUpdate, 256)
-	subErr := make(chan error, 2)
+	routes := make(chan netlink.RouteUpdate, 256)
+	subErr := make(chan error, 3)
 	onErr := func(err error) {
 		select {
 		case subErr <- err:
@@ -69,6 +81,13 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 	}
 	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
 		return fmt.Errorf("listen to neighbour events: %w", err)
+	}
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
+		return fmt.Errorf("listen to route events: %w", err)
+	}
+	followUps := wo.FollowUps
+	if followUps == nil {
+		followUps = DefaultFollowUps
 	}
 
 	sync := func() error {
@@ -91,6 +110,18 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 	}
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
+	// again runs the follow-up syncs of the last burst; next indexes
+	// followUps (its delays are from the settled sync).
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	next, last := 0, time.Duration(0)
+	scheduleNext := func() {
+		if next < len(followUps) {
+			again.Reset(followUps[next] - last)
+			last = followUps[next]
+			next++
+		}
+	}
 	var every <-chan time.Time
 	if wo.Every > 0 {
 		t := time.NewTicker(wo.Every)
@@ -113,10 +144,23 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 				return errors.New("neighbour event stream closed")
 			}
 			settle.Reset(wo.Settle)
+		case _, ok := <-routes:
+			if !ok {
+				return errors.New("route event stream closed")
+			}
+			settle.Reset(wo.Settle)
 		case <-settle.C:
 			if err := sync(); err != nil {
 				return err
 			}
+			again.Stop()
+			next, last = 0, 0
+			scheduleNext()
+		case <-again.C:
+			if err := sync(); err != nil {
+				return err
+			}
+			scheduleNext()
 		case <-every:
 			if err := sync(); err != nil {
 				return err

@@ -1,0 +1,154 @@
+package datapath
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/vishvananda/netlink"
+)
+
+// Advice says what stands between the lane's rules and the lane: every
+// condition of the node that sends a rule's traffic to the normal path,
+// found when the lane is enabled or synced. A lane that serves nobody
+// fails silently otherwise (every packet still arrives, by the normal
+// path), so Enable and Sync return it and the CLI prints it.
+type Advice struct {
+	// Rules is how many rules the lane holds.
+	Rules int `json:"rules"`
+	// Warnings are conditions that send traffic a rule matches to the
+	// normal path, or make the lane wait where it should not; each is one
+	// sentence that names the fix.
+	Warnings []string `json:"warnings"`
+}
+
+// underlayFacts are what the datapath cannot see from BPF about an
+// underlay: whether it verifies outer UDP checksums, and whether RPS
+// queues its packets in a backlog before tc ingress.
+type underlayFacts struct {
+	veth   bool
+	rxCsum bool
+	rps    []string // "rx-0: 2", queues with a non-empty RPS mask
+}
+
+// readUnderlays reads the facts of the tunnels' underlays in a namespace
+// (sysfs of that namespace for RPS). Unreadable facts are left out: advice
+// is best effort and never fails an enable.
+func readUnderlays(nsPath string, topo Topology) map[string]underlayFacts {
+	out := map[string]underlayFacts{}
+	netnsrun.Do(nsPath, true, func() error {
+		for _, tn := range topo.Tunnels {
+			if tn.Underlay == "" {
+				continue
+			}
+			if _, ok := out[tn.Underlay]; ok {
+				continue
+			}
+			var f underlayFacts
+			if l, err := netlink.LinkByName(tn.Underlay); err == nil {
+				f.veth = l.Type() == "veth"
+			}
+			f.rxCsum, _ = getOffload(tn.Underlay, OffloadRxCsum)
+			qs, _ := filepath.Glob(filepath.Join("/sys/class/net", tn.Underlay, "queues/rx-*/rps_cpus"))
+			for _, q := range qs {
+				b, err := os.ReadFile(q)
+				if err != nil {
+					continue
+				}
+				mask := strings.TrimSpace(string(b))
+				if strings.Trim(mask, "0,") != "" {
+					f.rps = append(f.rps, filepath.Base(filepath.Dir(q))+": "+mask)
+				}
+			}
+			out[tn.Underlay] = f
+		}
+		return nil
+	})
+	return out
+}
+
+// advise finds the conditions. force and trust are the lane's --force
+// and --trust-outer-csum, mode its mode.
+func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, force, trust bool, mode string) Advice {
+	a := Advice{Rules: len(rules.Rules), Warnings: []string{}}
+	warn := func(format string, args ...any) { a.Warnings = append(a.Warnings, fmt.Sprintf(format, args...)) }
+	if len(rules.Rules) == 0 {
+		warn("the lane holds no rule: every packet takes the normal path (rules are kept per namespace: add them with the same --netns as enable)")
+	}
+	for _, r := range rules.Rules {
+		var matched, served []Endpoint
+		for _, e := range topo.Endpoints {
+			if !ruleMatches(r, e) {
+				continue
+			}
+			matched = append(matched, e)
+			if e.Skip == "" || force {
+				served = append(served, e)
+			}
+		}
+		switch {
+		case len(matched) == 0:
+			warn("rule %d matches no local endpoint yet: its packets take the normal path (counted no_endpoint) until a pod with that address is found by `rxlane lanes watch` or `lanes sync`", r.ID)
+		case len(served) == 0:
+			var why []string
+			for _, e := range matched {
+				if !slices.Contains(why, e.Skip) {
+					why = append(why, e.Skip)
+				}
+			}
+			warn("rule %d: its endpoints are not served (%s): its packets take the normal path (no_endpoint); --force serves them anyway", r.ID, strings.Join(why, "; "))
+		}
+	}
+	warned := map[string]bool{}
+	for _, tn := range topo.Tunnels {
+		f, ok := under[tn.Underlay]
+		if !ok {
+			continue
+		}
+		if tn.OuterCsum && !trust && (f.veth || !f.rxCsum) && !warned["csum "+tn.Underlay] {
+			warned["csum "+tn.Underlay] = true
+			why := tn.Underlay + " is a veth, which verifies no checksum"
+			if !f.veth {
+				why = tn.Underlay + " has rx-checksumming off"
+			}
+			warn("%s sends outer UDP checksums and %s: if its peers send them too, every packet goes to the normal path (outer_csum); --trust-outer-csum takes them unverified", tn.Name, why)
+		}
+		if len(f.rps) > 0 && mode != ModeQueue && !warned["rps "+tn.Underlay] {
+			warned["rps "+tn.Underlay] = true
+			warn("RPS is on for %s (%s): each packet waits in a CPU's backlog queue, behind the flood, before tc ingress runs the sync lane; --mode queue decides before RPS", tn.Underlay, strings.Join(f.rps, ", "))
+		}
+	}
+	return a
+}
+
+// MatchesEndpoint says whether a packet rule r matches can be addressed
+// to one of topo's endpoints (served or not).
+func MatchesEndpoint(topo Topology, r policy.Rule) bool {
+	return slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return ruleMatches(r, e) })
+}
+
+func ruleMatches(r policy.Rule, e Endpoint) bool {
+	return (r.VNI == 0 || r.VNI == e.VNI) && (!r.Dst.IsValid() || endpointIn(e, r.Dst))
+}
+
+// endpointIn says whether one of e's addresses is in p; an endpoint
+// known only by its MAC (a bridge FDB entry) may be.
+func endpointIn(e Endpoint, p netip.Prefix) bool {
+	if !e.IP.IsValid() && len(e.Addrs) == 0 {
+		return true
+	}
+	if e.IP.IsValid() && p.Contains(e.IP) {
+		return true
+	}
+	for _, a := range e.Addrs {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
