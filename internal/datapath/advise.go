@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"os"
@@ -33,7 +34,28 @@ type Advice struct {
 type underlayFacts struct {
 	veth   bool
 	rxCsum bool
-	rps    []string // "rx-0: 2", queues with a non-empty RPS mask
+	// A veth verifies nothing itself: its packets arrive as the other
+	// end sent them. With tx checksum offload on there (peerTxCsum) they
+	// arrive CHECKSUM_PARTIAL, checksums never computed, which BPF cannot
+	// tell from unverified ones; computed in software, GRO on this end
+	// verifies them as a NIC would (gro).
+	peerTxCsum, gro bool
+	peer            string   // the other end's name, when found
+	rps             []string // "rx-0: 2", queues with a non-empty RPS mask
+}
+
+// csumUnverified says why a tunnel's outer UDP checksums reach the lane
+// unverified on this underlay, or "" when the device verifies them.
+func (f underlayFacts) csumUnverified(dev string) string {
+	switch {
+	case f.veth && f.peerTxCsum:
+		return dev + " is a veth whose other end (" + cmp.Or(f.peer, "?") + ") has tx checksum offload on (the checksums are never computed; `ethtool -K " + cmp.Or(f.peer, "<other end>") + " tx off` computes them)"
+	case f.veth && !f.gro:
+		return dev + " is a veth with GRO off (nothing verifies the checksums; GRO on verifies them)"
+	case !f.veth && !f.rxCsum:
+		return dev + " has rx-checksumming off"
+	}
+	return ""
 }
 
 // readUnderlays reads the facts of the tunnels' underlays in a namespace
@@ -52,6 +74,17 @@ func readUnderlays(nsPath string, topo Topology) map[string]underlayFacts {
 			var f underlayFacts
 			if l, err := netlink.LinkByName(tn.Underlay); err == nil {
 				f.veth = l.Type() == "veth"
+				if f.veth {
+					f.gro, _ = getOffload(tn.Underlay, OffloadGRO)
+					f.peerTxCsum = true // unless read otherwise below
+					if ns, peer, err := vethPeer(l); err == nil {
+						f.peer = peer.Attrs().Name
+						inNetns(ns, func() (err error) {
+							f.peerTxCsum, err = getOffload(peer.Attrs().Name, OffloadTxCsum)
+							return err
+						})
+					}
+				}
 			}
 			f.rxCsum, _ = getOffload(tn.Underlay, OffloadRxCsum)
 			qs, _ := filepath.Glob(filepath.Join("/sys/class/net", tn.Underlay, "queues/rx-*/rps_cpus"))
@@ -110,12 +143,8 @@ func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, fo
 		if !ok {
 			continue
 		}
-		if tn.OuterCsum && !trust && (f.veth || !f.rxCsum) && !warned["csum "+tn.Underlay] {
+		if why := f.csumUnverified(tn.Underlay); tn.OuterCsum && !trust && why != "" && !warned["csum "+tn.Underlay] {
 			warned["csum "+tn.Underlay] = true
-			why := tn.Underlay + " is a veth, which verifies no checksum"
-			if !f.veth {
-				why = tn.Underlay + " has rx-checksumming off"
-			}
 			warn("%s sends outer UDP checksums and %s: if its peers send them too, every packet goes to the normal path (outer_csum); --trust-outer-csum takes them unverified", tn.Name, why)
 		}
 		if len(f.rps) > 0 && mode != ModeQueue && !warned["rps "+tn.Underlay] {

@@ -1,0 +1,70 @@
+package datapath
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/rxlane/rxlane/internal/policy"
+)
+
+// TestAdvice checks that each condition of the node that sends a rule's
+// traffic to the normal path produces its warning, and that a node the
+// lane fully serves produces none.
+func TestAdvice(t *testing.T) {
+	rule := func(dst string) *policy.Set {
+		var s policy.Set
+		r, err := policy.Parse(policy.Spec{Dst: dst, Proto: "udp", Port: "7000"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Add(r); err != nil {
+			t.Fatal(err)
+		}
+		return &s
+	}
+	pod := netip.MustParseAddr("10.7.0.2")
+	tn := Tunnel{Name: "flannel.1", VNI: 1, Underlay: "ens9", OuterCsum: true, Routed: true}
+	routed := Topology{Tunnels: []Tunnel{tn}, Endpoints: []Endpoint{{VNI: 1, IP: pod, Skip: routedSkip}}}
+	bridged := Topology{Tunnels: []Tunnel{{Name: "vxB", VNI: 42, Underlay: "wireB"}},
+		Endpoints: []Endpoint{{VNI: 42, Addrs: []netip.Addr{netip.MustParseAddr("198.19.0.2")}}}}
+	nic := map[string]underlayFacts{"ens9": {rxCsum: true}, "wireB": {veth: true, gro: true}}
+	for _, tc := range []struct {
+		name  string
+		topo  Topology
+		rules *policy.Set
+		under map[string]underlayFacts
+		force bool
+		trust bool
+		mode  string
+		want  []string // substrings, one warning each, in order
+	}{
+		{"served", routed, rule("10.7.0.0/24"), nic, true, false, ModeSync, nil},
+		{"bridged served", bridged, rule("198.19.0.2"), nic, false, false, ModeSync, nil},
+		{"no rule", routed, &policy.Set{}, nic, true, false, ModeSync, []string{"holds no rule"}},
+		{"no endpoint", routed, rule("10.7.9.0/24"), nic, true, false, ModeSync, []string{"rule 0 matches no local endpoint yet"}},
+		{"needs force", routed, rule("10.7.0.0/24"), nic, false, false, ModeSync, []string{"rule 0: its endpoints are not served (routed endpoint"}},
+		{"veth peer offloads", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {veth: true, gro: true, peerTxCsum: true, peer: "ens9peer"}}, true, false, ModeSync,
+			[]string{"other end (ens9peer) has tx checksum offload on"}},
+		{"veth peer offloads, trusted", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {veth: true, gro: true, peerTxCsum: true}}, true, true, ModeSync, nil},
+		{"veth without gro", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {veth: true}}, true, false, ModeSync, []string{"GRO off"}},
+		{"nic without rx csum", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {}}, true, false, ModeSync, []string{"rx-checksumming off"}},
+		{"rps", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, false, ModeSync, []string{"RPS is on for ens9 (rx-0: 2)"}},
+		{"rps, queue mode", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, false, ModeQueue, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := advise(tc.topo, tc.rules, tc.under, tc.force, tc.trust, tc.mode)
+			if a.Rules != len(tc.rules.Rules) {
+				t.Errorf("rules: %d, want %d", a.Rules, len(tc.rules.Rules))
+			}
+			if len(a.Warnings) != len(tc.want) {
+				t.Fatalf("warnings %q, want %d matching %q", a.Warnings, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(a.Warnings[i], w) {
+					t.Errorf("warning %d: %q, want it to contain %q", i, a.Warnings[i], w)
+				}
+			}
+		})
+	}
+}
