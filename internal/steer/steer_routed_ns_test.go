@@ -1,6 +1,7 @@
 package steer
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,50 +14,36 @@ import (
 	"testing"
 
 	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
 // routedLayout is an operator's routed VXLAN layout, rebuilt in fresh
-// namespaces: Calico (vxlan.calico, a /32 route per pod on its cali*
-// veth, no bridge) or Flannel (flannel.1 on port 8472, the pods' subnet
-// routed to the cni0 bridge).
+// namespaces by package nodes: Calico (vxlan.calico, a /32 route per pod
+// on its cali* veth, no bridge) or Flannel (flannel.1 on port 8472, the
+// pods' subnet routed to the cni0 bridge).
 type routedLayout struct {
-	name     string
-	vxlan    string
-	vni      int
-	port     int
-	bridge   string // "": routes straight to the pod's veth
-	hostVeth string
+	name  string
+	vxlan string
 	// vxlan6 is the dual-stack node's second device: the same port and
 	// VNI over the IPv6 underlay, carrying the pods' IPv6 traffic.
 	vxlan6 string
 }
 
 var routedLayouts = []routedLayout{
-	{name: "calico", vxlan: "vxlan.calico", vni: 4096, port: 4789, hostVeth: "cali1234", vxlan6: "vxlan-v6.calico"},
-	{name: "flannel", vxlan: "flannel.1", vni: 1, port: 8472, bridge: "cni0", hostVeth: "veth1234", vxlan6: "flannel-v6.1"},
+	{name: "calico", vxlan: "vxlan.calico", vxlan6: "vxlan-v6.calico"},
+	{name: "flannel", vxlan: "flannel.1", vxlan6: "flannel-v6.1"},
 }
 
 var (
-	vxHostMAC   = net.HardwareAddr{0x66, 0x10, 0, 0, 0, 2}
-	vxRemoteMAC = net.HardwareAddr{0x66, 0x10, 0, 0, 0, 1}
-	// The dual-stack layouts' IPv6 VXLAN devices.
-	vxHostMAC6   = net.HardwareAddr{0x66, 0x10, 0, 0, 6, 2}
-	vxRemoteMAC6 = net.HardwareAddr{0x66, 0x10, 0, 0, 6, 1}
-	podMAC       = net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
-	podV4        = netip.MustParseAddr("10.7.0.2")
-	podV6        = netip.MustParseAddr("fd00:7::2")
-	remoteV4     = netip.MustParseAddr("10.7.1.1")
-	remoteV6     = netip.MustParseAddr("fd00:7:1::1")
+	podMAC   = net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
+	podV4    = netip.MustParseAddr("10.7.0.2")
+	podV6    = netip.MustParseAddr("fd00:7::2")
+	remoteV4 = netip.MustParseAddr("10.7.1.1")
+	remoteV6 = netip.MustParseAddr("fd00:7:1::1")
 )
-
-// newNamedNS creates a uniquely named namespace, removed in cleanup, and
-// returns its name.
-func newNamedNS(t *testing.T) string { return filepath.Base(testbedtest.NewNamedNS(t, "rxst")) }
 
 func inNS(t *testing.T, ns string, fn func() error) {
 	t.Helper()
@@ -65,217 +52,27 @@ func inNS(t *testing.T, ns string, fn func() error) {
 	}
 }
 
-func prefix(a netip.Addr, bits int) *net.IPNet {
-	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}
-}
-
-// addAddr adds a without duplicate address detection (IPv6 addresses are
-// usable at once).
-func addAddr(l netlink.Link, a netip.Addr, bits int) error {
-	return netlink.AddrAdd(l, &netlink.Addr{IPNet: prefix(a, bits), Flags: unix.IFA_F_NODAD})
-}
-
-// hostRoute routes a through dev and pins its neighbour to mac (no ARP or
-// neighbour discovery needed).
-func hostRoute(dev netlink.Link, a netip.Addr, mac net.HardwareAddr) error {
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: dev.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: prefix(a, a.BitLen())}); err != nil {
-		return fmt.Errorf("route %s: %w", a, err)
-	}
-	return pinNeigh(dev, a, mac)
-}
-
-func pinNeigh(dev netlink.Link, a netip.Addr, mac net.HardwareAddr) error {
-	fam := netlink.FAMILY_V4
-	if a.Is6() {
-		fam = netlink.FAMILY_V6
-	}
-	return netlink.NeighAdd(&netlink.Neigh{LinkIndex: dev.Attrs().Index, Family: fam, State: netlink.NUD_PERMANENT, IP: a.AsSlice(), HardwareAddr: mac})
-}
-
-// vtep adds a VXLAN device whose remote VTEP for peerMAC is peer.
-func vtep(name string, mac net.HardwareAddr, vni, port int, local, peer netip.Addr, under netlink.Link, peerMAC net.HardwareAddr) (netlink.Link, error) {
-	vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: 1450, HardwareAddr: mac}, VxlanId: vni,
-		SrcAddr: local.AsSlice(), Port: port, VtepDevIndex: under.Attrs().Index}
-	if err := netlink.LinkAdd(vx); err != nil {
-		return nil, fmt.Errorf("add %s: %w", name, err)
-	}
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return nil, err
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return nil, err
-	}
-	return l, netlink.NeighAppend(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-		Flags: netlink.NTF_SELF, IP: peer.AsSlice(), HardwareAddr: peerMAC})
-}
-
-func writeSysctl(path, v string) error {
-	return os.WriteFile(filepath.Join("/proc/sys", path), []byte(v), 0o644)
-}
-
-// buildRouted builds the layout: a remote host (its VTEP and the sender's
-// inner addresses), the receiving host (underlay ens9, the layout's VXLAN
-// device, forwarding on) and one pod with an IPv4 and an IPv6 address.
-// Inner IPv6 goes over the IPv4 underlay too, unless dual: then, as on a
-// dual-stack node, over a second device (lay.vxlan6) on the underlay's
-// IPv6 addresses.
+// buildRouted builds the layout (nodes.Build): a remote host (its VTEP
+// and the sender's inner addresses), the receiving host (underlay ens9,
+// the layout's VXLAN device, forwarding on) and one pod with an IPv4 and
+// an IPv6 address, whose neighbour (and bridge FDB) entries the host has
+// pinned (these tests were written for that). Inner IPv6 goes over the
+// IPv4 underlay too, unless dual: then, as on a dual-stack node, over a
+// second device (lay.vxlan6) on the underlay's IPv6 addresses. Returns
+// the namespaces' names.
 func buildRouted(t *testing.T, lay routedLayout, dual bool) (remote, host, pod string) {
 	t.Helper()
-	remote, host, pod = newNamedNS(t), newNamedNS(t), newNamedNS(t)
-	under, underPeer := netip.MustParseAddr("198.18.9.2"), netip.MustParseAddr("198.18.9.1")
-	under6, underPeer6 := netip.MustParseAddr("fd00:18:9::2"), netip.MustParseAddr("fd00:18:9::1")
-	// innerVia says which device carries traffic to an inner address.
-	innerVia := func(a netip.Addr, v4, v6 netlink.Link) netlink.Link {
-		if dual && a.Is6() {
-			return v6
-		}
-		return v4
+	k, err := nodes.ParseKind(lay.name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	inNS(t, host, func() error {
-		lo, _ := netlink.LinkByName("lo")
-		netlink.LinkSetUp(lo)
-		for _, s := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
-			if err := writeSysctl(s, "1"); err != nil {
-				return err
-			}
-		}
-		rfd, err := netns.GetFromName(remote)
-		if err != nil {
-			return err
-		}
-		defer rfd.Close()
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ens9"}, PeerName: "ens9peer", PeerNamespace: netlink.NsFd(rfd)}); err != nil {
-			return err
-		}
-		u, _ := netlink.LinkByName("ens9")
-		if err := addAddr(u, under, 24); err != nil {
-			return err
-		}
-		netlink.LinkSetUp(u)
-		vx, err := vtep(lay.vxlan, vxHostMAC, lay.vni, lay.port, under, underPeer, u, vxRemoteMAC)
-		if err != nil {
-			return err
-		}
-		vx6 := vx
-		if dual {
-			if err := addAddr(u, under6, 64); err != nil {
-				return err
-			}
-			if vx6, err = vtep(lay.vxlan6, vxHostMAC6, lay.vni, lay.port, under6, underPeer6, u, vxRemoteMAC6); err != nil {
-				return err
-			}
-		}
-		// The remote's inner addresses are behind the tunnel (replies,
-		// reverse-path filter), as both CNIs route them.
-		for _, a := range []netip.Addr{remoteV4, remoteV6} {
-			mac := vxRemoteMAC
-			if dual && a.Is6() {
-				mac = vxRemoteMAC6
-			}
-			if err := hostRoute(innerVia(a, vx, vx6), a, mac); err != nil {
-				return err
-			}
-		}
-		pfd, err := netns.GetFromName(pod)
-		if err != nil {
-			return err
-		}
-		defer pfd.Close()
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: lay.hostVeth, MTU: 1450}, PeerName: "eth0",
-			PeerHardwareAddr: podMAC, PeerNamespace: netlink.NsFd(pfd)}); err != nil {
-			return err
-		}
-		hv, _ := netlink.LinkByName(lay.hostVeth)
-		if lay.bridge == "" {
-			netlink.LinkSetUp(hv)
-			for _, a := range []netip.Addr{podV4, podV6} {
-				if err := hostRoute(hv, a, podMAC); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: lay.bridge, MTU: 1450}}); err != nil {
-			return err
-		}
-		br, _ := netlink.LinkByName(lay.bridge)
-		if err := netlink.LinkSetMaster(hv, br); err != nil {
-			return err
-		}
-		netlink.LinkSetUp(hv)
-		netlink.LinkSetUp(br)
-		if err := addAddr(br, netip.MustParseAddr("10.7.0.1"), 24); err != nil {
-			return err
-		}
-		if err := addAddr(br, netip.MustParseAddr("fd00:7::1"), 64); err != nil {
-			return err
-		}
-		if err := netlink.NeighAppend(&netlink.Neigh{LinkIndex: hv.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-			Flags: netlink.NTF_MASTER, HardwareAddr: podMAC}); err != nil {
-			return fmt.Errorf("fdb: %w", err)
-		}
-		for _, a := range []netip.Addr{podV4, podV6} {
-			if err := pinNeigh(br, a, podMAC); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	inNS(t, pod, func() error {
-		lo, _ := netlink.LinkByName("lo")
-		netlink.LinkSetUp(lo)
-		e, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		netlink.LinkSetUp(e)
-		if err := addAddr(e, podV4, 32); err != nil {
-			return err
-		}
-		return addAddr(e, podV6, 128)
-	})
-	inNS(t, remote, func() error {
-		lo, _ := netlink.LinkByName("lo")
-		netlink.LinkSetUp(lo)
-		u, err := netlink.LinkByName("ens9peer")
-		if err != nil {
-			return err
-		}
-		if err := addAddr(u, underPeer, 24); err != nil {
-			return err
-		}
-		netlink.LinkSetUp(u)
-		vx, err := vtep("vxr", vxRemoteMAC, lay.vni, lay.port, underPeer, under, u, vxHostMAC)
-		if err != nil {
-			return err
-		}
-		vx6 := vx
-		if dual {
-			if err := addAddr(u, underPeer6, 64); err != nil {
-				return err
-			}
-			if vx6, err = vtep("vxr6", vxRemoteMAC6, lay.vni, lay.port, underPeer6, under6, u, vxHostMAC6); err != nil {
-				return err
-			}
-		}
-		for _, a := range []netip.Addr{remoteV4, remoteV6} {
-			if err := addAddr(innerVia(a, vx, vx6), a, a.BitLen()); err != nil {
-				return err
-			}
-		}
-		for _, a := range []netip.Addr{podV4, podV6} {
-			mac := vxHostMAC
-			if dual && a.Is6() {
-				mac = vxHostMAC6
-			}
-			if err := hostRoute(innerVia(a, vx, vx6), a, mac); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return remote, host, pod
+	n := testbedtest.Node(t, nodes.Options{Kind: k, DualStack: dual, StaticNeighbours: true, Prefix: "rxst"})
+	p := n.Pods[0]
+	if !slices.Equal(p.Addrs, []netip.Addr{podV4, podV6}) || !bytes.Equal(p.MAC, podMAC) ||
+		!slices.Contains(n.RemoteInner(), remoteV4) || !slices.Contains(n.RemoteInner(), remoteV6) {
+		t.Fatalf("built pod %+v, remote %v: want the addresses these tests use", p, n.RemoteInner())
+	}
+	return filepath.Base(n.Remote), filepath.Base(n.Netns), p.Name
 }
 
 // onlyPath discovers the tunnels of ns and requires exactly one.
