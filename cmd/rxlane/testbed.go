@@ -33,11 +33,15 @@ Namespaces are named PREFIX-hostA, PREFIX-hostB, PREFIX-ctrA, PREFIX-ctrB;
 several testbeds with different prefixes can coexist.
 
 Receive-core layouts (--layout):
-  rxcore  (default) one dedicated receive core, as in the papers' testbeds:
-          RPS on hostB's wire moves hostB's receive stages to --rx-cpu;
-          senders and applications are pinned to --app-cpu. On a 2-core
-          machine this is the only way to have a receive core that the
-          senders do not share.
+  nic     (default) one dedicated receive core that also runs the wire's
+          first stage, as a NIC's interrupt CPU would: hostB's wire polls
+          in threaded NAPI mode, its napi/wireB-* kthread pinned to
+          --rx-cpu, no RPS; every later stage of hostB runs there too.
+          Senders and applications are pinned to --app-cpu.
+  rxcore  RPS on hostB's wire moves hostB's receive stages after the
+          wire's own poll to --rx-cpu (the wire's poll stays on the
+          sender's CPU, and every packet passes the RPS backlog);
+          senders and applications are pinned to --app-cpu.
   shared  the kernel's default: veth does the wire's receive work on the
           sending CPU, so the receiving host's stages run wherever the
           sender runs. Nothing is pinned.`,
@@ -49,7 +53,7 @@ Receive-core layouts (--layout):
 }
 
 func newTestbedUpCmd(prefix *string) *cobra.Command {
-	c := testbed.Defaults()
+	c := testbed.LabDefaults()
 	var layout string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -71,9 +75,9 @@ func newTestbedUpCmd(prefix *string) *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&c.VNI, "vni", c.VNI, "VXLAN network identifier")
 	f.IntVar(&c.Port, "port", c.Port, "VXLAN UDP destination port")
-	f.StringVar(&layout, "layout", string(c.Layout), "receive-core layout: rxcore or shared (see 'rxlane testbed --help')")
-	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "CPU that runs hostB's receive stages (layout rxcore)")
-	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "CPU for senders and applications (layout rxcore)")
+	f.StringVar(&layout, "layout", string(c.Layout), "receive-core layout: nic, rxcore or shared (see 'rxlane testbed --help')")
+	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "CPU that runs hostB's receive stages (layouts nic, rxcore)")
+	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "CPU for senders and applications (layouts nic, rxcore)")
 	return cmd
 }
 
@@ -124,7 +128,7 @@ func newTestbedStatusCmd(prefix *string) *cobra.Command {
 func printStatus(w io.Writer, st testbed.Status) {
 	c := st.Config
 	fmt.Fprintf(w, "testbed %s: vni %d, port %d, layout %s", c.Prefix, c.VNI, c.Port, c.Layout)
-	if c.Layout == testbed.LayoutRxCore {
+	if c.Layout.Pinned() {
 		fmt.Fprintf(w, " (rx-cpu %d, app-cpu %d)", c.RxCPU, c.AppCPU)
 	}
 	fmt.Fprintln(w)
@@ -146,6 +150,14 @@ func printStatus(w io.Writer, st testbed.Status) {
 			}
 			if l.RPSCPUs != "" {
 				notes = append(notes, "rps_cpus="+l.RPSCPUs)
+			}
+			if l.Threaded {
+				notes = append(notes, "threaded")
+			}
+			for _, t := range l.NAPI {
+				if t.PID > 0 {
+					notes = append(notes, fmt.Sprintf("%s(pid %d, cpus %v, %s %d)", t.Comm, t.PID, t.CPUs, t.Policy, t.RTPrio))
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Node, n.Namespace, l.Name, l.Kind, state, l.MTU, l.Master, strings.Join(l.Addrs, ","), strings.Join(notes, " "))
 		}

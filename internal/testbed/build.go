@@ -240,12 +240,21 @@ func wireOffloads(c Config) error {
 
 // applyLayout sets the receive-core layout. For rxcore, RPS on hostB's wire
 // moves hostB's receive stages (after the wire's own NAPI poll, which veth
-// runs on the sending CPU) to RxCPU.
+// runs on the sending CPU) to RxCPU. For nic, hostB's wire polls in
+// threaded mode, its kthread pinned to RxCPU, and has no RPS: the wire's
+// poll runs on RxCPU as a NIC's would after its interrupt, and the later
+// stages (raised from that poll) run there too, without an RPS backlog.
+// Everything it sets belongs to hostB's wire and goes with the namespace:
+// the kthread stops when the device is deleted.
 func applyLayout(c Config) error {
-	if c.Layout != LayoutRxCore {
-		return nil
+	switch c.Layout {
+	case LayoutRxCore:
+		return writeSysfs(c.NS(HostB), filepath.Join("class/net", WireB, "queues/rx-0/rps_cpus"), cpuMask([]int{c.RxCPU}))
+	case LayoutNIC:
+		_, err := threadedNAPI(c, HostB, WireB, c.RxCPU)
+		return err
 	}
-	return writeSysfs(c.NS(HostB), filepath.Join("class/net", WireB, "queues/rx-0/rps_cpus"), cpuMask([]int{c.RxCPU}))
+	return nil
 }
 
 // writeSysfs writes a sysfs file of a node's network namespace (path is

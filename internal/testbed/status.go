@@ -23,6 +23,10 @@ type LinkStatus struct {
 	RPSCPUs string `json:"rps_cpus,omitempty"`
 	// Offloads of the wire (gro, tso).
 	Offloads map[Offload]bool `json:"offloads,omitempty"`
+	// Threaded is the wire's sysfs "threaded" (NAPI polled by kthreads),
+	// and NAPI its NAPI instances with their kthreads, for the wire only.
+	Threaded bool         `json:"threaded,omitempty"`
+	NAPI     []NAPIThread `json:"napi,omitempty"`
 }
 
 // NodeStatus is one namespace of the testbed.
@@ -82,9 +86,43 @@ func GetStatus(c Config) (Status, error) {
 				st.Problems = append(st.Problems, fmt.Sprintf("%s: device %s down", n, d))
 			}
 		}
+		if n == HostB {
+			st.Problems = append(st.Problems, layoutProblems(c, have[WireB])...)
+		}
 		st.Nodes = append(st.Nodes, ns)
 	}
 	return st, nil
+}
+
+// layoutProblems checks hostB's wire against the receive-core layout.
+func layoutProblems(c Config, w LinkStatus) []string {
+	if w.Name == "" {
+		return nil
+	}
+	var out []string
+	rps := strings.TrimLeft(strings.ReplaceAll(w.RPSCPUs, ",", ""), "0")
+	switch c.Layout {
+	case LayoutNIC:
+		if !w.Threaded {
+			out = append(out, fmt.Sprintf("hostB: %s not in threaded NAPI mode (layout nic)", WireB))
+		}
+		if rps != "" {
+			out = append(out, fmt.Sprintf("hostB: %s has RPS (%s) (layout nic: none)", WireB, w.RPSCPUs))
+		}
+		for _, t := range w.NAPI {
+			if len(t.CPUs) != 1 || t.CPUs[0] != c.RxCPU {
+				out = append(out, fmt.Sprintf("hostB: %s (pid %d) may run on CPUs %v, want only %d (layout nic)", t.Comm, t.PID, t.CPUs, c.RxCPU))
+			}
+			if t.Policy != "fifo" || t.RTPrio != NAPIRTPrio {
+				out = append(out, fmt.Sprintf("hostB: %s (pid %d) runs at %s %d, want fifo %d (layout nic)", t.Comm, t.PID, t.Policy, t.RTPrio, NAPIRTPrio))
+			}
+		}
+	case LayoutRxCore:
+		if rps != cpuMask([]int{c.RxCPU}) {
+			out = append(out, fmt.Sprintf("hostB: %s rps_cpus %q, want %s (layout rxcore)", WireB, w.RPSCPUs, cpuMask([]int{c.RxCPU})))
+		}
+	}
+	return out
 }
 
 func nodeLinks(c Config, n Node) ([]LinkStatus, error) {
@@ -141,7 +179,16 @@ func wireDetails(ns string, ls *LinkStatus) error {
 			ls.Offloads[o] = on
 		}
 		b, err := readFileTrim(filepath.Join("/sys/class/net", ls.Name, "queues/rx-0/rps_cpus"))
+		if err != nil {
+			return err
+		}
 		ls.RPSCPUs = b
+		th, err := readFileTrim(filepath.Join("/sys/class/net", ls.Name, "threaded"))
+		if err != nil {
+			return err
+		}
+		ls.Threaded = th != "0" && th != ""
+		ls.NAPI, err = napiThreads(ls.Name)
 		return err
 	})
 }

@@ -86,7 +86,17 @@ const (
 	// testbeds: RPS on hostB's wire moves every receive stage of hostB to
 	// RxCPU, while senders and applications are pinned to AppCPU.
 	LayoutRxCore Layout = "rxcore"
+	// LayoutNIC runs the wire's first stage where a NIC's would: on the
+	// receiving host's CPU. hostB's wire is put in threaded NAPI mode and
+	// its napi/wireB-* kthread pinned to RxCPU, so the wire's poll (GRO,
+	// the lane's XDP/tc programs) and every later stage, raised from it,
+	// run on RxCPU without an RPS backlog in between; senders and
+	// applications are pinned to AppCPU.
+	LayoutNIC Layout = "nic"
 )
+
+// Layouts lists the receive-core layouts, the default first.
+var Layouts = []Layout{LayoutNIC, LayoutRxCore, LayoutShared}
 
 // Config describes a testbed. The zero value is not valid; use Defaults.
 type Config struct {
@@ -98,10 +108,24 @@ type Config struct {
 	AppCPU int    `json:"app_cpu"`
 }
 
-// Defaults returns the default configuration.
+// Defaults returns the library's default configuration, which tests of
+// other packages build on (layout rxcore, as when they were written).
+// Users get LabDefaults.
 func Defaults() Config {
 	return Config{Prefix: "rxl", VNI: 42, Port: 4789, Layout: LayoutRxCore, RxCPU: 1, AppCPU: 0}
 }
+
+// LabDefaults is the configuration the CLI and the benchmarks build by
+// default: Defaults with the nic layout.
+func LabDefaults() Config {
+	c := Defaults()
+	c.Layout = LayoutNIC
+	return c
+}
+
+// Pinned reports whether the layout pins senders and applications to
+// AppCPU and the receiving host's stages to RxCPU.
+func (l Layout) Pinned() bool { return l == LayoutRxCore || l == LayoutNIC }
 
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
 
@@ -119,7 +143,7 @@ func (c Config) Validate() error {
 	}
 	switch c.Layout {
 	case LayoutShared:
-	case LayoutRxCore:
+	case LayoutRxCore, LayoutNIC:
 		n := runtime.NumCPU()
 		if c.RxCPU < 0 || c.RxCPU >= n {
 			return fmt.Errorf("rx-cpu %d: this machine has CPUs 0..%d", c.RxCPU, n-1)
@@ -128,10 +152,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("app-cpu %d: this machine has CPUs 0..%d", c.AppCPU, n-1)
 		}
 		if c.AppCPU == c.RxCPU && n > 1 {
-			return fmt.Errorf("app-cpu and rx-cpu are both %d: the rxcore layout needs two different CPUs", c.RxCPU)
+			return fmt.Errorf("app-cpu and rx-cpu are both %d: the %s layout needs two different CPUs", c.RxCPU, c.Layout)
 		}
 	default:
-		return fmt.Errorf("layout %q: want %q or %q", c.Layout, LayoutShared, LayoutRxCore)
+		return fmt.Errorf("layout %q: want %q, %q or %q", c.Layout, LayoutNIC, LayoutRxCore, LayoutShared)
 	}
 	return nil
 }
@@ -147,7 +171,7 @@ func OverlayMTU() int { return wireMTU - vxlanOverhead }
 // SenderCPUs is where load generators and clients are pinned (nil: not
 // pinned).
 func (c Config) SenderCPUs() []int {
-	if c.Layout == LayoutRxCore {
+	if c.Layout.Pinned() {
 		return []int{c.AppCPU}
 	}
 	return nil

@@ -232,6 +232,8 @@ func TestValidate(t *testing.T) {
 		{"port", func(c *testbed.Config) { c.Port = 0 }, "port"},
 		{"layout", func(c *testbed.Config) { c.Layout = "fast" }, "layout"},
 		{"rx-cpu", func(c *testbed.Config) { c.RxCPU = 4096 }, "rx-cpu"},
+		{"nic rx-cpu", func(c *testbed.Config) { c.Layout, c.RxCPU = testbed.LayoutNIC, 4096 }, "rx-cpu"},
+		{"nic same cpus", func(c *testbed.Config) { c.Layout, c.AppCPU, c.RxCPU = testbed.LayoutNIC, 1, 1 }, "app-cpu"},
 	} {
 		c := testbed.Defaults()
 		tc.mod(&c)
@@ -242,5 +244,8 @@ func TestValidate(t *testing.T) {
 	}
 	if err := testbed.Defaults().Validate(); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+	if c := testbed.LabDefaults(); c.Layout != testbed.LayoutNIC || c.Validate() != nil {
+		t.Errorf("lab defaults: layout %s, %v; want nic, valid", c.Layout, c.Validate())
 	}
 }

@@ -1,0 +1,229 @@
+package testbed
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// The netdev generic netlink family (include/uapi/linux/netdev.h) lists a
+// device's NAPI instances with the PID of each one's kthread when the
+// device is in threaded mode (Linux 6.9+).
+const (
+	netdevCmdNAPIGet = 11 // NETDEV_CMD_NAPI_GET
+	netdevANAPIIfidx = 1  // NETDEV_A_NAPI_IFINDEX
+	netdevANAPIID    = 2  // NETDEV_A_NAPI_ID
+	netdevANAPIPID   = 4  // NETDEV_A_NAPI_PID
+)
+
+// NAPIThread is a NAPI instance of a device in threaded mode: its kthread
+// (named napi/DEV-ID) and the CPUs that kthread may run on.
+type NAPIThread struct {
+	ID   uint32 `json:"napi_id"`
+	PID  int    `json:"pid"`
+	Comm string `json:"comm"`
+	CPUs []int  `json:"cpus"`
+	// Policy is the kthread's scheduling policy ("fifo" or "other") and
+	// RTPrio its real-time priority.
+	Policy string `json:"policy,omitempty"`
+	RTPrio int    `json:"rt_prio,omitempty"`
+}
+
+// NAPIRTPrio is the SCHED_FIFO priority the nic layout gives the wire's
+// NAPI kthread: that of threaded interrupt handlers (kernel/irq/manage.c,
+// MAX_RT_PRIO/2). A NIC's interrupt and the softirq after it preempt
+// whatever task runs on the CPU; a SCHED_OTHER kthread would instead wait
+// for the running task's slice (measured on this VM: wake-up to run
+// delays of hundreds of us behind kdamond or any other task of the CPU,
+// and drops at the wire's ring).
+const NAPIRTPrio = 50
+
+// napiThreads lists the NAPI instances of dev, which must be in the calling
+// thread's network namespace, with their kthreads (PID 0: not threaded).
+func napiThreads(dev string) ([]NAPIThread, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return nil, fmt.Errorf("find %s: %w", dev, err)
+	}
+	fam, err := netlink.GenlFamilyGet("netdev")
+	if err != nil {
+		return nil, fmt.Errorf("netdev netlink family: %w", err)
+	}
+	req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
+	// Dump every instance of the namespace and keep dev's (a dump filtered
+	// by ifindex is refused with EINVAL on Linux 6.18).
+	req.AddData(&nl.Genlmsg{Command: netdevCmdNAPIGet, Version: 1})
+	msgs, err := req.Execute(unix.NETLINK_GENERIC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list NAPI instances of %s: %w", dev, err)
+	}
+	var out []NAPIThread
+	for _, m := range msgs {
+		if len(m) < nl.SizeofGenlmsg {
+			continue
+		}
+		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
+		if err != nil {
+			return nil, fmt.Errorf("parse NAPI instance of %s: %w", dev, err)
+		}
+		var t NAPIThread
+		ifidx := -1
+		for _, a := range attrs {
+			if len(a.Value) < 4 {
+				continue
+			}
+			v := binary.NativeEndian.Uint32(a.Value)
+			switch a.Attr.Type {
+			case netdevANAPIIfidx:
+				ifidx = int(v)
+			case netdevANAPIID:
+				t.ID = v
+			case netdevANAPIPID:
+				t.PID = int(v)
+			}
+		}
+		if ifidx != l.Attrs().Index {
+			continue
+		}
+		if t.PID > 0 {
+			t.Comm, _ = readFileTrim(fmt.Sprintf("/proc/%d/comm", t.PID))
+			var set unix.CPUSet
+			if err := unix.SchedGetaffinity(t.PID, &set); err != nil {
+				return nil, fmt.Errorf("affinity of %s (pid %d): %w", t.Comm, t.PID, err)
+			}
+			t.CPUs = cpuList(set)
+			attr, err := unix.SchedGetAttr(t.PID, 0)
+			if err != nil {
+				return nil, fmt.Errorf("scheduling policy of %s (pid %d): %w", t.Comm, t.PID, err)
+			}
+			t.Policy, t.RTPrio = "other", int(attr.Priority)
+			if attr.Policy == unix.SCHED_FIFO {
+				t.Policy = "fifo"
+			}
+		}
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func cpuList(set unix.CPUSet) []int {
+	var out []int
+	for c := 0; c < len(set)*64; c++ {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// threadedNAPI puts the wire of node n in threaded NAPI mode and pins every
+// NAPI kthread of it to cpu. It returns the kthreads after pinning.
+func threadedNAPI(c Config, n Node, dev string, cpu int) ([]NAPIThread, error) {
+	var ts []NAPIThread
+	err := inNS(c.NS(n), true, func() error {
+		p := filepath.Join("/sys/class/net", dev, "threaded")
+		if err := os.WriteFile(p, []byte("1\n"), 0); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+		var err error
+		if ts, err = pinNAPI(dev, cpu); err != nil {
+			return err
+		}
+		if len(ts) == 0 {
+			return fmt.Errorf("%s has no NAPI instance (GRO off?)", dev)
+		}
+		return nil
+	})
+	return ts, err
+}
+
+// pinNAPI pins the NAPI kthreads of dev (calling thread's namespace) to
+// cpu and runs them at SCHED_FIFO NAPIRTPrio; an instance without a
+// kthread is an error.
+func pinNAPI(dev string, cpu int) ([]NAPIThread, error) {
+	ts, err := napiThreads(dev)
+	if err != nil {
+		return nil, err
+	}
+	var set unix.CPUSet
+	set.Set(cpu)
+	for i, t := range ts {
+		if t.PID == 0 {
+			return nil, fmt.Errorf("NAPI %d of %s has no kthread (threaded mode off)", t.ID, dev)
+		}
+		if err := unix.SchedSetaffinity(t.PID, &set); err != nil {
+			return nil, fmt.Errorf("pin %s (pid %d) to CPU %d: %w", t.Comm, t.PID, cpu, err)
+		}
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: NAPIRTPrio}
+		if err := unix.SchedSetAttr(t.PID, &attr, 0); err != nil {
+			return nil, fmt.Errorf("SCHED_FIFO %d for %s (pid %d): %w", NAPIRTPrio, t.Comm, t.PID, err)
+		}
+		ts[i].CPUs, ts[i].Policy, ts[i].RTPrio = []int{cpu}, "fifo", NAPIRTPrio
+	}
+	return ts, nil
+}
+
+// PinWireNAPI re-applies the nic layout's pinning of hostB's wire NAPI
+// kthreads to RxCPU (a no-op for other layouts) and reports whether any
+// kthread had drifted (a new NAPI instance, e.g. after something re-created
+// the device's NAPI, starts with every CPU allowed). Benchmarks call it
+// before measuring, so a lane enable that re-creates the wire's NAPI cannot
+// silently move the first stage.
+func PinWireNAPI(c Config) (drifted bool, err error) {
+	if c.Layout != LayoutNIC {
+		return false, nil
+	}
+	err = inNS(c.NS(HostB), true, func() error {
+		before, err := napiThreads(WireB)
+		if err != nil {
+			return err
+		}
+		for _, t := range before {
+			if len(t.CPUs) != 1 || t.CPUs[0] != c.RxCPU || t.Policy != "fifo" || t.RTPrio != NAPIRTPrio {
+				drifted = true
+			}
+		}
+		if !drifted {
+			return nil
+		}
+		_, err = pinNAPI(WireB, c.RxCPU)
+		return err
+	})
+	return drifted, err
+}
+
+// WireNAPI reports hostB's wire NAPI state: threaded mode (sysfs
+// "threaded") and its instances with their kthreads.
+func WireNAPI(c Config) (threaded bool, ts []NAPIThread, err error) {
+	err = inNS(c.NS(HostB), true, func() error {
+		s, err := readFileTrim(filepath.Join("/sys/class/net", WireB, "threaded"))
+		if err != nil {
+			return err
+		}
+		v, _ := strconv.Atoi(s)
+		threaded = v != 0
+		ts, err = napiThreads(WireB)
+		return err
+	})
+	return threaded, ts, err
+}
+
+// TaskAlive reports whether a kthread still exists with the given name
+// (after its device is gone it must not).
+func TaskAlive(pid int, comm string) bool {
+	s, err := readFileTrim(fmt.Sprintf("/proc/%d/comm", pid))
+	if errors.Is(err, os.ErrNotExist) || err != nil {
+		return false
+	}
+	return strings.TrimSpace(s) == comm
+}
