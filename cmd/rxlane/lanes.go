@@ -53,6 +53,16 @@ func (f *lanesFlags) where() (nsPath, rulesFile, dpFile string, err error) {
 	return nsPath, filepath.Join(f.stateDir, name+".json"), filepath.Join(f.stateDir, name+".datapath.json"), nil
 }
 
+// lanesStateDir is the default state directory: /run/rxlane/lanes, or
+// lanes/ under $RXLANE_STATE_DIR (a test, or a second rxlane beside a
+// production one, keeps its rules apart without a flag on every verb).
+func lanesStateDir() string {
+	if d := os.Getenv("RXLANE_STATE_DIR"); d != "" {
+		return filepath.Join(d, "lanes")
+	}
+	return "/run/rxlane/lanes"
+}
+
 func newLanesCmd() *cobra.Command {
 	f := &lanesFlags{}
 	cmd := &cobra.Command{
@@ -85,7 +95,7 @@ running to follow pods that start or stop later. Rules can change while
 the lane is enabled. See docs/lanes.md.`,
 	}
 	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "network namespace of the receiving host (name in /run/netns or a path; default: this one)")
-	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "/run/rxlane/lanes", "where rules and datapath state are kept")
+	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", lanesStateDir(), "where rules and datapath state are kept ($RXLANE_STATE_DIR/lanes when that is set)")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.AddCommand(newLanesAddCmd(f), newLanesDelCmd(f), newLanesListCmd(f), newLanesEnableCmd(f),
 		newLanesDisableCmd(f), newLanesStatsCmd(f), newLanesSyncCmd(f), newLanesWatchCmd(f))

@@ -105,7 +105,15 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { n.Close() })
-			o := Options{Netns: n.Netns, StateFile: filepath.Join(t.TempDir(), "datapath.json"), Force: true, TrustOuterCsum: true}
+			// A NIC-like wire: the remote computes the outer UDP
+			// checksums, the node's GRO verifies them.
+			if _, err := SetOffload(n.Remote, n.Wire.RemoteDev, OffloadTxCsum, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := SetOffload(n.Netns, n.Wire.NodeDev, OffloadGRO, true); err != nil {
+				t.Fatal(err)
+			}
+			o := Options{Netns: n.Netns, StateFile: filepath.Join(t.TempDir(), "datapath.json"), Force: true}
 			t.Cleanup(func() { Disable(o) })
 			var rules policy.Set
 			for _, dst := range []string{nodes.PodSubnet4.String(), nodes.PodSubnet6.String()} {

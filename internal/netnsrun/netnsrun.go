@@ -74,7 +74,14 @@ func privateSysfs() error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make / rslave: %w", err)
 	}
-	if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
+	err := unix.Mount("sysfs", "/sys", "sysfs", 0, "")
+	if errors.Is(err, unix.EBUSY) {
+		// The namespace's sysfs is the one already on /sys (the
+		// caller's own namespace, e.g. under `ip netns exec`): the
+		// kernel refuses to stack a superblock on itself.
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("mount sysfs: %w", err)
 	}
 	return nil
