@@ -59,9 +59,8 @@ func napiThreads(dev string) ([]NAPIThread, error) {
 		return nil, fmt.Errorf("netdev netlink family: %w", err)
 	}
 	req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
-	// Dump every instance of the namespace and keep dev's (a dump filtered
-	// by ifindex is refused with EINVAL on Linux 6.18).
-	req.AddData(&nl.Genlmsg{Command: netdevCmdNAPIGet, Version: 1})
+	// Dump every instance of the namespace and keep dev's.
+	req.AddData(genlHeader{cmd: netdevCmdNAPIGet, version: 1})
 	msgs, err := req.Execute(unix.NETLINK_GENERIC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("list NAPI instances of %s: %w", dev, err)
@@ -115,6 +114,16 @@ func napiThreads(dev string) ([]NAPIThread, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
+
+// genlHeader is struct genlmsghdr with its reserved field zeroed:
+// nl.Genlmsg serializes 4 bytes from a 2-byte struct, so its reserved
+// bytes are whatever follows in memory, and the kernel then refuses the
+// request ("genlmsghdr.reserved field is not 0", seen as EINVAL now and
+// then).
+type genlHeader struct{ cmd, version uint8 }
+
+func (h genlHeader) Len() int          { return nl.SizeofGenlmsg }
+func (h genlHeader) Serialize() []byte { return []byte{h.cmd, h.version, 0, 0} }
 
 func cpuList(set unix.CPUSet) []int {
 	var out []int
