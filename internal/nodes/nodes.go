@@ -86,6 +86,27 @@ type Options struct {
 type Wire struct {
 	NodeDev, RemoteDev     string         // device names (node side named like a NIC: ens9; Docker: eth0)
 	NodeAddrs, RemoteAddrs []netip.Prefix // underlay addresses (IPv4; IPv6 too on a dual-stack node)
+	NodeMAC, RemoteMAC     net.HardwareAddr
+}
+
+// readWireMACs fills in the wire's MACs.
+func (n *Node) readWireMACs() error {
+	for _, e := range []struct {
+		ns, dev string
+		mac     *net.HardwareAddr
+	}{{n.Netns, n.Wire.NodeDev, &n.Wire.NodeMAC}, {n.Remote, n.Wire.RemoteDev, &n.Wire.RemoteMAC}} {
+		if err := in(e.ns, func() error {
+			l, err := link(e.dev)
+			if err != nil {
+				return err
+			}
+			*e.mac = l.Attrs().HardwareAddr
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Tunnel is one VXLAN device of the node and its twin on the remote host.
@@ -133,7 +154,9 @@ type Node struct {
 	// Sandboxes are a Docker host's overlay networks' sandbox
 	// namespace files, by network index.
 	Sandboxes []string
-	Pods      []Pod
+	// Pods are the node's pods; read them (or use Pod) while no
+	// AddPod or DelPod runs.
+	Pods []Pod
 
 	opts    Options
 	mu      sync.Mutex
@@ -194,6 +217,9 @@ func (n *Node) build() error {
 		if err := n.buildDockerHosts(); err != nil {
 			return err
 		}
+		if err := n.readWireMACs(); err != nil {
+			return err
+		}
 		for range count(n.opts.Networks) {
 			if _, err := n.addNetwork(); err != nil {
 				return err
@@ -202,6 +228,9 @@ func (n *Node) build() error {
 		return n.step("pods")
 	default:
 		if err := n.buildRouted(); err != nil {
+			return err
+		}
+		if err := n.readWireMACs(); err != nil {
 			return err
 		}
 	}

@@ -175,6 +175,9 @@ func TestLayouts(t *testing.T) {
 				t.Fatalf("%d pods, want 1", len(n.Pods))
 			}
 			p := n.Pods[0]
+			if len(n.Wire.NodeMAC) != 6 || len(n.Wire.RemoteMAC) != 6 || len(n.Wire.NodeAddrs) == 0 || len(n.Wire.RemoteAddrs) != len(n.Wire.NodeAddrs) {
+				t.Errorf("wire %+v", n.Wire)
+			}
 			wantTunnels := map[Kind][]string{Flannel: {"flannel.1"}, Calico: {"vxlan.calico"}, Docker: {"vxlan0"}}[c.kind]
 			if c.dual {
 				wantTunnels = append(wantTunnels, map[Kind]string{Flannel: "flannel-v6.1", Calico: "vxlan-v6.calico"}[c.kind])
@@ -247,11 +250,43 @@ func TestLayouts(t *testing.T) {
 			if e := pinned(t, n, p); len(e) != 0 {
 				t.Errorf("permanent entries for the new pod: %v", e)
 			}
+			if c.kind != Docker {
+				if e := neighbours(t, n, p); len(e) != 0 {
+					t.Errorf("the host knows the new pod before any traffic: %v", e)
+				}
+			}
 			for _, a := range p.Addrs {
 				deliver(t, n, p, srcFor(t, n, a), a)
 			}
+			if c.kind != Docker {
+				// Learnt from the traffic, as on a real node.
+				if e := neighbours(t, n, p); len(e) != len(p.Addrs) {
+					t.Errorf("after traffic the host's neighbours of the pod are %v, want one per address", e)
+				}
+			}
 		})
 	}
+}
+
+// neighbours lists the host's neighbour entries (any state but failed)
+// for the pod's addresses.
+func neighbours(t *testing.T, n *Node, p Pod) []string {
+	t.Helper()
+	var out []string
+	inNS(t, p.HostNetns, func() error {
+		ns, err := netlink.NeighList(0, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, e := range ns {
+			ip, _ := netip.AddrFromSlice(e.IP)
+			if slices.Contains(p.Addrs, ip.Unmap()) && e.State&netlink.NUD_FAILED == 0 {
+				out = append(out, e.String())
+			}
+		}
+		return nil
+	})
+	return out
 }
 
 // TestStaticNeighbours: with the option, the host has the pod's

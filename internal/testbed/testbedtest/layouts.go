@@ -51,6 +51,15 @@ func AddPod(t testing.TB, n *nodes.Node) nodes.Pod {
 	return p
 }
 
+// DelPod deletes the pod named name from n (nodes.Node.DelPod), failing
+// the test on error.
+func DelPod(t testing.TB, n *nodes.Node, name string) {
+	t.Helper()
+	if err := n.DelPod(name); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The Docker overlay layout's addresses (its first network): the remote
 // container (the remote host's VXLAN device stands in for it) and the
 // local container.
