@@ -139,6 +139,9 @@ func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, fo
 	}
 	warned := map[string]bool{}
 	for _, tn := range topo.Tunnels {
+		if tn.Underlay == "" && !tn.Routed {
+			warn("%s has no underlay in this namespace (Docker's overlay sandbox): the lane runs on %s itself, after the kernel's decap and gro_cells queue, which high-priority packets share with the flood; it skips only the bridge and the backlog", tn.Name, tn.Name)
+		}
 		f, ok := under[tn.Underlay]
 		if !ok {
 			continue

@@ -50,6 +50,8 @@ func TestAdvice(t *testing.T) {
 		{"veth without gro", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {veth: true}}, true, false, ModeSync, []string{"GRO off"}},
 		{"nic without rx csum", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {}}, true, false, ModeSync, []string{"rx-checksumming off"}},
 		{"rps", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, false, ModeSync, []string{"RPS is on for ens9 (rx-0: 2)"}},
+		{"docker sandbox", Topology{Tunnels: []Tunnel{{Name: "vxlan0", VNI: 4242, Bridge: "br0"}}, Endpoints: bridged.Endpoints},
+			rule("198.19.0.2"), nil, false, false, ModeSync, []string{"vxlan0 has no underlay in this namespace"}},
 		{"rps, queue mode", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, false, ModeQueue, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
