@@ -27,9 +27,9 @@ func newBenchCmd() *cobra.Command {
 func testbedFlags(cmd *cobra.Command, c *testbed.Config, layout *string) {
 	f := cmd.Flags()
 	f.StringVar(&c.Prefix, "prefix", c.Prefix, "testbed to use; built (and removed afterwards) if it is not up")
-	f.StringVar(layout, "layout", string(c.Layout), "receive-core layout when the testbed is built here: rxcore or shared")
-	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "receive CPU when the testbed is built here (layout rxcore)")
-	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "sender/application CPU when the testbed is built here (layout rxcore)")
+	f.StringVar(layout, "layout", string(c.Layout), "receive-core layout when the testbed is built here: nic, rxcore or shared (see 'rxlane testbed --help')")
+	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "receive CPU when the testbed is built here (layouts nic, rxcore)")
+	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "sender/application CPU when the testbed is built here (layouts nic, rxcore)")
 }
 
 func newBenchLatencyCmd() *cobra.Command {
@@ -57,11 +57,16 @@ ready-made frames injected at hostA's wire, so the receiver's stages, not
 the sender, are the bottleneck; or with --bg-proto tcp, --bg-rate
 messages/s of --bg-size bytes over one TCP connection). Each case runs --reps times; the table
 gives the median over repetitions and the range of p50 and p99, the
-background rate delivered, per-CPU busy %, NET_RX softirqs/s and drops at
-the socket, the backlog and every testbed device.
+background rate sent and delivered, per-CPU busy %, receive-CPU time per
+delivered background packet, NET_RX softirqs/s and drops at the socket, the
+backlog and every testbed device.
 
-With the default layout (rxcore), all of hostB's receive stages run on
---rx-cpu and all processes run on --app-cpu: one busy receive core.
+With the default layout (nic), all of hostB's receive stages, the wire's
+NAPI poll included, run on --rx-cpu, as after a NIC's interrupt, and all
+processes run on --app-cpu: one busy receive core. The echo server and the
+prober run at nice -20 (--app-sched nice, the default; normal is the old
+arrangement), so they do not wait behind the background generator, which
+shares their CPU here and would be other machines on a real network.
 /dev/cpu_dma_latency is held at 0 during the run (--hold-qos=false to
 measure with deep idle states; idle wake-ups add ~70 us on a VM).
 
@@ -115,6 +120,7 @@ func newBenchCompareCmd() *cobra.Command {
 		rates  = "150k,300k"
 		modes  = []string{bench.ModeVanilla, bench.ModeLanes, bench.ModeLanesQueue}
 	)
+	o.Reps = 5
 	cmd := &cobra.Command{
 		Use:   "compare",
 		Short: "Vanilla vs a priority lane for the high-priority flow, idle and busy, in one run",
@@ -134,18 +140,27 @@ in each --modes mode on the same testbed, repetition by repetition:
 each idle and under every --bg-rates background flood (ready-made VXLAN
 frames injected at hostA's wire into a sink in ctrB). Prints the latency
 table (medians over repetitions, ranges), background delivered, receive CPU
-busy %, packets delivered via the lane, and the goals of issue #4 with the
-measured value of each. --plot draws the CDFs like PRISM's Fig. 9.
+busy %, receive-CPU time per delivered background packet, packets
+delivered via the lane, and the goals of issue #17 with the measured value
+of each. Rows name the offered rate and show what the generator sent and
+what the sink received. --plot draws the tail (CCDF, log-log) of every mode,
+one panel per load, like PRISM's Fig. 9.
 
---app-sched nice runs the echo server and the prober at nice -20 in every
-mode: on this testbed they share a CPU with the background generator, and
-at normal priority their own wake-up wait behind the generator is a large
-part of the busy p99 (docs/lanes.md).
+Repetitions run one after another; within one, every mode runs its loads,
+and the order of the modes rotates from one repetition to the next.
+
+The echo server and the prober run at nice -20 in every mode by default
+(--app-sched nice): on this testbed they share a CPU with the background
+generator, and at normal priority their own wake-up wait behind the
+generator is a large part of the busy p99 (docs/lanes.md).
+--baseline-arrangement adds the mode vanilla-normal (vanilla with the
+application at normal priority, the old arrangement) so the goal table shows
+the lanes' cut against it too.
 
 Examples:
   rxlane bench compare
-  rxlane bench compare --app-sched nice --modes vanilla,lanes-queue
-  rxlane bench compare --bg-rates 150k --reps 5 --plot out/compare.svg`,
+  rxlane bench compare --baseline-arrangement --plot out/compare.png
+  rxlane bench compare --modes vanilla,lanes-queue --bg-rates 150k --reps 7`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Testbed.Layout = testbed.Layout(layout)
@@ -183,6 +198,7 @@ Examples:
 	out.add(cmd, "write the CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	f := cmd.Flags()
 	f.StringSliceVar(&modes, "modes", modes, "modes to compare: vanilla, lanes-sync (tc), lanes-queue (XDP)")
+	f.BoolVar(&co.Baseline, "baseline-arrangement", false, "also run vanilla with the application at normal priority (mode vanilla-normal) and show the lanes' cut against it")
 	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
 	return cmd
 }
@@ -191,8 +207,8 @@ Examples:
 // high-priority request/response flow (latency, compare).
 func defaultProbeOptions() bench.LatencyOptions {
 	o := bench.LatencyOptions{
-		Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
-		BgSize: 64, BgFlows: 1, BgProto: "udp", BgSched: bench.BgSchedNormal, AppSched: bench.BgSchedNormal, HoldQoS: true,
+		Testbed: testbed.LabDefaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
+		BgSize: 64, BgFlows: 1, BgProto: "udp", BgSched: bench.BgSchedNormal, AppSched: bench.AppSchedNice, HoldQoS: true,
 	}
 	o.Testbed.Prefix = "bench"
 	return o
@@ -214,7 +230,7 @@ func (pf *probeFlags) add(cmd *cobra.Command, o *bench.LatencyOptions) {
 	f.IntVar(&o.Size, "size", o.Size, "request size in bytes")
 	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
 	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports; udp only)")
-	f.StringVar(&o.AppSched, "app-sched", o.AppSched, "scheduling class of the measured application (echo server and rxlane's prober): normal, or nice (nice -20, as a latency-critical service would run next to batch work; same for every mode)")
+	f.StringVar(&o.AppSched, "app-sched", o.AppSched, "scheduling class of the measured application (echo server and rxlane's prober), the same for every mode: nice (nice -20, the default: it does not wait for the background generator's CPU time, which on a real host would be other machines') or normal (the old arrangement)")
 	f.StringVar(&o.BgSched, "bg-sched", o.BgSched, "background generator scheduling class: normal, or idle (SCHED_IDLE: it only gets CPU time the measured applications leave, as if it ran on another machine)")
 	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
 }
@@ -293,7 +309,7 @@ func newBenchAgentCmd() *cobra.Command {
 }
 
 func newBenchThroughputCmd() *cobra.Command {
-	o := bench.ThroughputOptions{Testbed: testbed.Defaults(), Path: bench.PathOverlay, Size: 64, Reps: 3}
+	o := bench.ThroughputOptions{Testbed: testbed.LabDefaults(), Path: bench.PathOverlay, Size: 64, Reps: 3}
 	o.Testbed.Prefix = "bench"
 	var (
 		layout, rates, dur string = "", "100k,200k,300k,400k,600k", "3s"

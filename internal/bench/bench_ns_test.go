@@ -123,12 +123,12 @@ func checkKeys(t *testing.T, rep *LatencyReport) {
 		t.Errorf("report keys %q, want %q", got, want)
 	}
 	c := m["cases"].([]any)[0].(map[string]any)
-	wantCase := "all avg_us bg_delivered_pps load loss_pct max_us p50_us p90_us p99_9_us p99_us path reps rx_cpu_busy_pct"
+	wantCase := "all avg_us bg_delivered_pps bg_sent_pps load loss_pct max_us p50_us p90_us p99_9_us p99_us path reps rx_cpu_busy_pct rx_cpu_us_per_bg_pkt"
 	if got := keys(c); got != wantCase {
 		t.Errorf("case keys %q, want %q", got, wantCase)
 	}
 	r := c["reps"].([]any)[0].(map[string]any)
-	wantRep := "bg_delivered_pps bg_sent_pps cpus drops latency lost sent"
+	wantRep := "bg_delivered_pps bg_sent_pps cpus drops latency lost rx_cpu_us_per_bg_pkt sent"
 	if got := keys(r); got != wantRep {
 		t.Errorf("rep keys %q, want %q", got, wantRep)
 	}
@@ -147,6 +147,9 @@ func keys(m map[string]any) string {
 // (the benchmark must use it and leave it up).
 func TestThroughputRun(t *testing.T) {
 	c := testbedtest.Up(t, testbedtest.Config(t))
+	if c.Layout != testbed.LayoutRxCore {
+		t.Fatalf("test written for layout rxcore, got %s", c.Layout)
+	}
 	rep, err := Throughput(context.Background(), ThroughputOptions{Testbed: c, Path: PathOverlay, Rates: []float64{5000, 20000},
 		Size: 64, Duration: 300 * time.Millisecond, Reps: 1, StageProbe: &TraceStageProbe{}})
 	if err != nil {
@@ -179,19 +182,73 @@ func TestThroughputRun(t *testing.T) {
 	}
 }
 
+// TestNICLayoutStages: in the nic layout every stage of hostB, the wire's
+// own poll included, runs on the receive CPU (the sender is pinned to the
+// other one), as after a NIC's interrupt.
+func TestNICLayoutStages(t *testing.T) {
+	c := testbedtest.Config(t)
+	c.Layout = testbed.LayoutNIC
+	c = testbedtest.Up(t, c)
+	rep, err := Throughput(context.Background(), ThroughputOptions{Testbed: c, Path: PathOverlay, Rates: []float64{20000},
+		Size: 64, Duration: 300 * time.Millisecond, Reps: 1, StageProbe: &TraceStageProbe{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rep.Points[0].StageCPUs
+	for _, stage := range []string{"wireB", "vxB", "backlog"} {
+		if st[stage][c.RxCPU] < 0.9 {
+			t.Errorf("%s ran on %v, want CPU %d", stage, st[stage], c.RxCPU)
+		}
+	}
+}
+
 // TestCompareRun runs vanilla vs lanes briefly and checks that the lane,
 // and only the lane mode, carried the high-priority flow, and that the
 // lane is gone afterwards.
 func TestCompareRun(t *testing.T) {
-	c := testbedtest.Up(t, testbedtest.Config(t))
-	co := CompareOptions{Latency: LatencyOptions{Testbed: c, Reps: 1, Duration: 700 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64, BgRate: 1, BgSize: 64, BgFlows: 1, BgProto: "udp"}, BgRates: []float64{20000}}
+	c := testbedtest.Config(t)
+	c.Layout = testbed.LayoutNIC
+	c = testbedtest.Up(t, c)
+	co := CompareOptions{Latency: LatencyOptions{Testbed: c, Reps: 2, Duration: 700 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64, BgRate: 1, BgSize: 64, BgFlows: 1, BgProto: "udp", AppSched: AppSchedNice},
+		BgRates: []float64{20000}, Modes: []string{ModeVanilla, ModeLanes, ModeLanesQueue}, Baseline: true}
 	rep, err := Compare(context.Background(), co)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Cases) != 4 {
-		t.Fatalf("%d cases, want 4", len(rep.Cases))
+	if len(rep.Cases) != 8 {
+		t.Fatalf("%d cases, want 8", len(rep.Cases))
+	}
+	for _, cs := range rep.Cases {
+		want := AppSchedNice
+		if cs.Mode == ModeVanillaNormal {
+			want = BgSchedNormal
+		}
+		if cs.AppSched != want {
+			t.Errorf("%s %s: app_sched %q, want %q", cs.Mode, cs.CaseResult.Load, cs.AppSched, want)
+		}
+		if cs.Load == LoadBusy && (cs.BgSentPPS.Median <= 0 || cs.RxCPUUsPerBgPkt.Median <= 0) {
+			t.Errorf("%s busy: bg sent %v, rx CPU per packet %v", cs.Mode, cs.BgSentPPS, cs.RxCPUUsPerBgPkt)
+		}
+	}
+	cut := false
+	for _, g := range rep.Goals {
+		cut = cut || strings.Contains(g.Name, "cut vs "+ModeVanillaNormal)
+	}
+	if !cut {
+		t.Errorf("no goal against %s: %+v", ModeVanillaNormal, rep.Goals)
+	}
+	// The lanes left the layout as it was: the wire's kthread pinned, at
+	// SCHED_FIFO, no RPS.
+	if st, err := testbed.GetStatus(c); err != nil || !st.Healthy() {
+		t.Errorf("after compare: %v %v", err, st.Problems)
+	}
+	var table strings.Builder
+	rep.WriteTable(&table)
+	for _, want := range []string{"layout nic", "nice -20", "bg sent kpps", "rx CPU us/bg pkt", "GOAL"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
 	}
 	for _, cs := range rep.Cases {
 		if cs.All.Count < 300 {

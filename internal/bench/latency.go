@@ -113,7 +113,12 @@ type RepResult struct {
 	BgDeliveredPPS float64    `json:"bg_delivered_pps"`
 	Drops          Drops      `json:"drops"`
 	CPUs           []CPUUsage `json:"cpus"`
-	rtt            []int64
+	// RxCPUUsPerBgPkt is the receive CPU's busy time over the case divided
+	// by the background packets delivered in it (0 without background):
+	// what the receiving host's stages cost per delivered packet (it also
+	// holds the high-priority flow's share, the same in every mode).
+	RxCPUUsPerBgPkt float64 `json:"rx_cpu_us_per_bg_pkt"`
+	rtt             []int64
 }
 
 // Drops are the counters that can drop on the receive path, as deltas over
@@ -138,8 +143,12 @@ type CaseResult struct {
 	Max  Spread `json:"max_us"`
 	// LossPct is the median share of requests without a reply.
 	LossPct        Spread `json:"loss_pct"`
+	BgSentPPS      Spread `json:"bg_sent_pps"`
 	BgDeliveredPPS Spread `json:"bg_delivered_pps"`
 	RxCPUBusyPct   Spread `json:"rx_cpu_busy_pct"`
+	// RxCPUUsPerBgPkt: receive-CPU microseconds per delivered background
+	// packet (RepResult.RxCPUUsPerBgPkt).
+	RxCPUUsPerBgPkt Spread `json:"rx_cpu_us_per_bg_pkt"`
 	// All is the latency of every repetition merged (for the CDF plot).
 	All Summary `json:"all"`
 	rtt []int64
@@ -195,7 +204,7 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 	var release func()
 	rep.QoSHeld, release = holdQoS(o.HoldQoS, &rep.Warnings)
 	defer release()
-	if tb.Layout != testbed.LayoutRxCore {
+	if !tb.Layout.Pinned() {
 		rep.Warnings = append(rep.Warnings, "layout "+string(tb.Layout)+": the receiving host's stages share the sender's CPU")
 	}
 	var cases []*CaseResult
@@ -226,7 +235,7 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 }
 
 func (c *CaseResult) aggregate(tb testbed.Config) {
-	var avg, p50, p90, p99, p999, mx, loss, bg, busy []float64
+	var avg, p50, p90, p99, p999, mx, loss, sent, bg, busy, perPkt []float64
 	for _, r := range c.Reps {
 		avg = append(avg, r.Latency.Avg)
 		p50 = append(p50, r.Latency.P50)
@@ -238,6 +247,10 @@ func (c *CaseResult) aggregate(tb testbed.Config) {
 			loss = append(loss, 100*float64(r.Lost)/float64(r.Sent))
 		}
 		bg = append(bg, r.BgDeliveredPPS)
+		sent = append(sent, r.BgSentPPS)
+		if r.RxCPUUsPerBgPkt > 0 {
+			perPkt = append(perPkt, r.RxCPUUsPerBgPkt)
+		}
 		if tb.RxCPU < len(r.CPUs) {
 			busy = append(busy, r.CPUs[tb.RxCPU].BusyPct)
 		}
@@ -245,6 +258,7 @@ func (c *CaseResult) aggregate(tb testbed.Config) {
 	}
 	c.Avg, c.P50, c.P90, c.P99, c.P999, c.Max = spreadOf(avg), spreadOf(p50), spreadOf(p90), spreadOf(p99), spreadOf(p999), spreadOf(mx)
 	c.LossPct, c.BgDeliveredPPS, c.RxCPUBusyPct = spreadOf(loss), spreadOf(bg), spreadOf(busy)
+	c.BgSentPPS, c.RxCPUUsPerBgPkt = spreadOf(sent), spreadOf(perPkt)
 	sort.Slice(c.rtt, func(i, j int) bool { return c.rtt[i] < c.rtt[j] })
 	c.All = Summarize(c.rtt)
 }
@@ -309,6 +323,9 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	res.Sent, res.Lost = pr.Sent, pr.Lost
 	res.CPUs = Usage(before.host, after.host)
 	res.Drops = diffDrops(before, after, res.CPUs)
+	if res.BgDeliveredPPS > 0 && tb.RxCPU < len(res.CPUs) {
+		res.RxCPUUsPerBgPkt = res.CPUs[tb.RxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
+	}
 	return res, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/rxlane/rxlane/internal/testbed"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -22,11 +23,7 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "high-priority flow: %s request/response, %d B, %.0f req/s, %.0fs x %d reps; background: %.0f kpps of %d B UDP (%d flows)\n",
 		o.Proto, o.Size, o.RatePerSec, o.DurationS, o.Reps, o.BgRatePPS/1e3, o.BgSize, o.BgFlows)
-	fmt.Fprintf(w, "testbed %s, layout %s", r.Testbed.Prefix, r.Testbed.Layout)
-	if r.Testbed.Layout == "rxcore" {
-		fmt.Fprintf(w, " (receive stages on CPU %d, senders and apps on CPU %d)", r.Testbed.RxCPU, r.Testbed.AppCPU)
-	}
-	fmt.Fprintf(w, "; cpu_dma_latency held at 0: %v\n\n", r.QoSHeld)
+	fmt.Fprintf(w, "%s; %s; cpu_dma_latency held at 0: %v\n\n", layoutLine(r.Testbed), appSchedLine(o.AppSched), r.QoSHeld)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tload\tavg\tp50\tp90\tp99\tp99.9\tmax\tp50 range\tp99 range\tloss %\t")
 	for _, c := range r.Cases {
@@ -38,7 +35,7 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "(round-trip times in microseconds; each value is the median over repetitions)")
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tload\tbg delivered kpps\trx CPU busy %\tCPU busy %\tNET_RX/s\tdrops socket\tdrops backlog\tdrops devices\t")
+	fmt.Fprintln(tw, "path\tload\tbg sent kpps\tbg delivered kpps\trx CPU busy %\trx CPU us/bg pkt\tCPU busy %\tNET_RX/s\tdrops socket\tdrops backlog\tdrops devices\t")
 	for _, c := range r.Cases {
 		var busy, netrx []string
 		var sock, backlog uint64
@@ -57,7 +54,7 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 				devs[d] += v
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f\t%s\t%s\t%d\t%d\t%s\t\n", c.Path, c.Load, c.BgDeliveredPPS.Median/1e3, c.RxCPUBusyPct.Median,
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t\n", c.Path, c.Load, c.BgSentPPS.Median/1e3, c.BgDeliveredPPS.Median/1e3, c.RxCPUBusyPct.Median, usPkt(c.RxCPUUsPerBgPkt.Median),
 			strings.Join(busy, "/"), strings.Join(netrx, "/"), sock, backlog, fmtDevs(devs))
 	}
 	tw.Flush()
@@ -65,6 +62,33 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 	for _, x := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", x)
 	}
+}
+
+// layoutLine says where the receive stages and the processes run.
+func layoutLine(c testbed.Config) string {
+	s := fmt.Sprintf("testbed %s, layout %s", c.Prefix, c.Layout)
+	switch c.Layout {
+	case testbed.LayoutNIC:
+		s += fmt.Sprintf(" (hostB's wire polled by its NAPI kthread on CPU %d, every receive stage on CPU %d; senders and apps on CPU %d)", c.RxCPU, c.RxCPU, c.AppCPU)
+	case testbed.LayoutRxCore:
+		s += fmt.Sprintf(" (wire's poll on the sender's CPU, RPS to CPU %d for the later stages; senders and apps on CPU %d)", c.RxCPU, c.AppCPU)
+	}
+	return s
+}
+
+// appSchedLine says how the measured application is scheduled.
+func appSchedLine(s string) string {
+	if s == AppSchedNice {
+		return "application (echo server, prober): nice -20 (--app-sched nice)"
+	}
+	return "application (echo server, prober): normal priority (--app-sched normal)"
+}
+
+func usPkt(v float64) string {
+	if math.IsNaN(v) || v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 func us(v float64) string {

@@ -95,6 +95,8 @@ const (
 	LayoutNIC Layout = "nic"
 )
 
+func (l Layout) String() string { return string(l) }
+
 // Layouts lists the receive-core layouts, the default first.
 var Layouts = []Layout{LayoutNIC, LayoutRxCore, LayoutShared}
 

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// synthCase is a compare cell whose round trips are drawn around p50 with
+// a tail up to tail us.
+func synthCase(mode string, rate float64, p50, p99, tail, delivered, perPkt float64, lost int64) CompareCase {
+	r := rand.New(rand.NewSource(int64(p50*1000 + rate)))
+	var rtt []int64
+	for i := 0; i < 20000; i++ {
+		v := p50 * (0.8 + 0.4*r.Float64())
+		if i%100 == 0 {
+			v = p99 + (tail-p99)*r.Float64()
+		}
+		rtt = append(rtt, int64(v*1e3))
+	}
+	sort.Slice(rtt, func(i, j int) bool { return rtt[i] < rtt[j] })
+	load := LoadIdle
+	label := LoadIdle
+	if rate > 0 {
+		load, label = LoadBusy, "busy "+map[float64]string{150e3: "150k", 300e3: "300k"}[rate]
+	}
+	sp := func(v float64) Spread { return Spread{Median: v, Min: v * 0.9, Max: v * 1.1} }
+	return CompareCase{Mode: mode, Load: load, BgRatePPS: rate, Lost: lost, CaseResult: CaseResult{
+		Path: PathOverlay, Load: label, P50: sp(p50), P99: sp(p99), P999: sp(tail),
+		BgDeliveredPPS: sp(delivered), RxCPUUsPerBgPkt: sp(perPkt), rtt: rtt}}
+}
+
+func goalByName(t *testing.T, gs []Goal, name string) Goal {
+	t.Helper()
+	for _, g := range gs {
+		if g.Name == name {
+			return g
+		}
+	}
+	t.Fatalf("no goal %q", name)
+	return Goal{}
+}
+
+// TestCompareGoals evaluates issue #17's limits on made-up medians.
+func TestCompareGoals(t *testing.T) {
+	cases := []CompareCase{
+		synthCase(ModeVanilla, 0, 40, 80, 200, 0, 0, 0),
+		synthCase(ModeVanilla, 150e3, 45, 150, 800, 150e3, 4, 0), // 1.9x idle: the cut goal does not apply
+		synthCase(ModeVanilla, 300e3, 50, 400, 900, 200e3, 5, 0), // 5x idle: it does
+		synthCase(ModeLanes, 0, 40, 80, 200, 0, 0, 0),
+		synthCase(ModeLanes, 150e3, 44, 110, 300, 149e3, 4.1, 0),
+		synthCase(ModeLanes, 300e3, 60, 170, 400, 180e3, 5.5, 2),
+		synthCase(ModeVanillaNormal, 0, 40, 80, 200, 0, 0, 0),
+		synthCase(ModeVanillaNormal, 150e3, 50, 400, 900, 150e3, 4, 0),
+		synthCase(ModeVanillaNormal, 300e3, 60, 600, 900, 200e3, 5, 0),
+	}
+	gs := compareGoals(cases)
+	for _, tc := range []struct {
+		name     string
+		met      bool
+		applies  bool
+		valueMin float64
+		valueMax float64
+	}{
+		{"lanes-sync p99 at 150k / idle p99", true, true, 1.37, 1.38},  // 110/80 <= 1.5
+		{"lanes-sync p99 at 300k / idle p99", false, true, 2.12, 2.13}, // 170/80 > 2
+		{"lanes-sync p50 at 300k / idle p50", false, true, 1.49, 1.51}, // 60/40 > 1.2
+		{"lanes-sync high-priority requests lost at 300k", false, true, 2, 2},
+		{"lanes-sync p99 cut vs vanilla at 150k", true, false, 0.26, 0.27}, // vanilla 1.9x idle: n/a
+		{"lanes-sync p99 cut vs vanilla at 300k", true, true, 0.57, 0.58},  // 1 - 170/400
+		{"lanes-sync p99 cut vs vanilla-normal at 150k", true, true, 0.72, 0.73},
+		{"lanes-sync background delivered at 300k / vanilla", false, true, 0.89, 0.91},
+		{"lanes-sync rx CPU per background packet at 300k / vanilla", false, true, 1.09, 1.11},
+		{"lanes-sync rx CPU per background packet at 150k / vanilla", true, true, 1.02, 1.03},
+	} {
+		g := goalByName(t, gs, tc.name)
+		if g.Met != tc.met || g.Applies != tc.applies || g.Value < tc.valueMin || g.Value > tc.valueMax {
+			t.Errorf("%s: %+v, want met %v applies %v value in [%g, %g]", tc.name, g, tc.met, tc.applies, tc.valueMin, tc.valueMax)
+		}
+	}
+	for _, g := range gs {
+		if strings.HasPrefix(g.Name, ModeLanesQueue) {
+			t.Errorf("goal for a mode that was not run: %s", g.Name)
+		}
+	}
+	// Plot: one panel per load, every mode; look at it with
+	// RXLANE_PLOT_OUT=dir.
+	rep := &CompareReport{Cases: cases, Modes: []string{ModeVanilla, ModeLanes, ModeVanillaNormal}}
+	rep.Options.AppSched = AppSchedNice
+	dir := os.Getenv("RXLANE_PLOT_OUT")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	for _, ext := range []string{"png", "svg"} {
+		f := filepath.Join(dir, "compare-synth."+ext)
+		if err := rep.WritePlot(f); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(f); err != nil || st.Size() < 1000 {
+			t.Fatalf("plot %s: %v %v", f, st, err)
+		}
+	}
+}
+
+// TestQueueShortfalls: a queue lane that delivered less than 95% of
+// vanilla's background is reported with the rate.
+func TestQueueShortfalls(t *testing.T) {
+	rep := &CompareReport{Cases: []CompareCase{
+		synthCase(ModeVanilla, 150e3, 45, 150, 800, 150e3, 4, 0),
+		synthCase(ModeVanilla, 300e3, 50, 400, 900, 200e3, 5, 0),
+		synthCase(ModeLanesQueue, 150e3, 45, 150, 800, 146e3, 4, 0),
+		synthCase(ModeLanesQueue, 300e3, 50, 400, 900, 120e3, 5, 0),
+	}}
+	s := QueueShortfalls(rep)
+	if len(s) != 1 || s[0].RatePPS != 300e3 || s[0].Ratio < 0.59 || s[0].Ratio > 0.61 {
+		t.Fatalf("shortfalls %+v, want one at 300k with ratio 0.6", s)
+	}
+	if w := queueWarnings(rep); len(w) != 1 || !strings.Contains(w[0], "300k") {
+		t.Fatalf("warnings %q", w)
+	}
+}
