@@ -15,6 +15,9 @@ type pacer struct {
 	startMon unix.Timespec
 	interval time.Duration
 	n        int64 // next slot
+	// maxLag is how many missed slots a late caller may still use, back
+	// to back, before the rest are skipped (0: none).
+	maxLag int64
 }
 
 func newPacer(interval time.Duration) *pacer {
@@ -23,9 +26,10 @@ func newPacer(interval time.Duration) *pacer {
 	return p
 }
 
-// wait sleeps until the next slot. A caller that fell behind does not get a
-// burst to catch up: the slots it missed are skipped, and their number is
-// returned so the shortfall can be reported.
+// wait sleeps until the next slot. A caller that fell behind by at most
+// maxLag slots gets them back to back (a bounded burst); beyond that the
+// slots it missed are skipped, and their number is returned so the
+// shortfall can be reported.
 func (p *pacer) wait() (skipped int64) {
 	due := time.Duration(p.n) * p.interval
 	if time.Since(p.start) < due {
@@ -34,9 +38,9 @@ func (p *pacer) wait() (skipped int64) {
 		}
 	}
 	now := int64(time.Since(p.start) / p.interval)
-	if now > p.n {
-		skipped = now - p.n
-		p.n = now
+	if now > p.n+p.maxLag {
+		skipped = now - p.n - p.maxLag
+		p.n = now - p.maxLag
 	}
 	p.n++
 	return skipped
