@@ -117,8 +117,9 @@ int lanes_ingress(struct __sk_buff *skb)
 		.len = skb->len,
 		.vlan_present = skb->vlan_present,
 		.pkt_host = skb->pkt_type == PACKET_HOST,
-		.csum_ok = trust_outer_csum || lanes_csum_level(skb, BPF_CSUM_LEVEL_QUERY) >= 0,
+		.csum_ok = trust_outer_csum,
 		.gso = skb->gso_segs > 1 || skb->gso_size,
+		.skb = skb,
 	};
 	struct lanes_cls c = {};
 	int r = lanes_classify((void *)(long)skb->data, (void *)(long)skb->data_end, &meta, &c);
@@ -208,13 +209,10 @@ int lanes_xdp(struct xdp_md *ctx)
 		.len = len,
 		.csum_ok = trust_outer_csum,
 		.gso = len != (__u32)(data_end - data),
+		/* PACKET_HOST: unicast to the receiving device's own MAC,
+		 * looked up by the classifier for VXLAN packets only. */
+		.mac_ifindex = ctx->ingress_ifindex,
 	};
-	/* PACKET_HOST: unicast to the receiving device's own MAC. */
-	if ((void *)(eth + 1) <= data_end && !(eth->h_dest[0] & 1)) {
-		__u32 ifindex = ctx->ingress_ifindex;
-		__u8 *mac = bpf_map_lookup_elem(&dev_macs, &ifindex);
-		meta.pkt_host = mac && mac_eq(eth->h_dest, mac);
-	}
 	struct lanes_cls c = {};
 	int r = lanes_classify(data, data_end, &meta, &c);
 	if (r >= 0) {

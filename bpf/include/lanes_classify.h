@@ -113,10 +113,37 @@ static __always_inline int parse_inner_l4(void *l4h, void *data_end, __u8 proto,
 struct lanes_meta {
 	__u32 len;        /* whole packet length */
 	bool vlan_present; /* tag stripped into metadata */
-	bool pkt_host;     /* addressed to this host at L2 */
+	bool pkt_host;     /* addressed to this host at L2 (unless mac_ifindex) */
 	bool csum_ok;      /* a set outer UDP checksum may be accepted */
 	bool gso;          /* aggregated or multi-buffer packet */
+	/* tc: the skb, asked whether the device verified a set outer UDP
+	 * checksum only when there is one (bpf_csum_level is a helper call
+	 * the flood, usually without outer checksums, need not pay). */
+	struct __sk_buff *skb;
+	/* XDP: PACKET_HOST is "unicast to the MAC dev_macs holds for this
+	 * ifindex", looked up only for VXLAN packets (0: use pkt_host). */
+	__u32 mac_ifindex;
 };
+
+/* pkt_host: the outer frame eth is addressed to this host at L2. */
+static __always_inline bool pkt_host(const struct lanes_meta *meta, const struct ethhdr *eth)
+{
+	if (!meta->mac_ifindex)
+		return meta->pkt_host;
+	if (eth->h_dest[0] & 1)
+		return false;
+	__u32 ifindex = meta->mac_ifindex;
+	__u8 *mac = bpf_map_lookup_elem(&dev_macs, &ifindex);
+	return mac && mac_eq(eth->h_dest, mac);
+}
+
+/* outer_csum_ok: a set outer UDP checksum may be accepted. */
+static __always_inline bool outer_csum_ok(const struct lanes_meta *meta)
+{
+	if (meta->csum_ok)
+		return true;
+	return meta->skb && lanes_csum_level(meta->skb, BPF_CSUM_LEVEL_QUERY) >= 0;
+}
 
 /* The classifier's answer for a high-priority packet with an endpoint. */
 struct lanes_cls {
@@ -186,11 +213,11 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
 	if (in.l3_off + in.l3_len > meta->len)
 		return R_TRUNCATED;
 
-	/* Classify: the AND of every dimension's rule mask. */
+	/* Classify: the AND of every dimension's rule mask, cheapest first
+	 * (the VNI's mask, then the protocol and port arrays, then the two
+	 * LPM tries), stopping at the first empty one: the flood usually
+	 * misses on its port and then costs no trie walk. */
 	__u64 mask = cfg->rule_mask;
-	mask &= lpm_mask(&dst_masks, in.daddr);
-	if (mask)
-		mask &= lpm_mask(&src_masks, in.saddr);
 	if (mask) {
 		__u32 cls = in.l4;
 		__u64 *pm = bpf_map_lookup_elem(&proto_masks, &cls);
@@ -203,6 +230,10 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
 		}
 		mask &= l4m;
 	}
+	if (mask)
+		mask &= lpm_mask(&dst_masks, in.daddr);
+	if (mask)
+		mask &= lpm_mask(&src_masks, in.saddr);
 	if (!mask)
 		return R_NO_MATCH;
 	c->rule = lowest_bit(mask);
@@ -324,7 +355,7 @@ static __always_inline int lanes_classify(void *data, void *data_end, const stru
 	__u16 port = bpf_ntohs(udp->dest);
 	if (!bpf_map_lookup_elem(&vxlan_ports, &port))
 		return R_NOT_VXLAN;
-	if (!meta->pkt_host || !bpf_map_lookup_elem(&local_addrs, &addr))
+	if (!pkt_host(meta, eth) || !bpf_map_lookup_elem(&local_addrs, &addr))
 		return R_NOT_HOST;
 	struct vxlanhdr *vx = (void *)(udp + 1);
 	if ((void *)(vx + 1) > data_end)
@@ -342,7 +373,7 @@ static __always_inline int lanes_classify(void *data, void *data_end, const stru
 		return R_UNKNOWN_VTEP;
 	/* The normal path verifies a set outer UDP checksum; the lane only
 	 * takes packets whose checksum is absent or may be accepted. */
-	if (udp->check && !meta->csum_ok)
+	if (udp->check && !outer_csum_ok(meta))
 		return R_OUTER_CSUM;
 	if (meta->gso)
 		return R_GSO;

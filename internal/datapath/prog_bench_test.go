@@ -50,12 +50,26 @@ func benchRules(n int) []policy.Spec {
 	return out
 }
 
-// loadBench loads the lane's objects with the fixture topology and specs.
-func loadBench(b *testing.B, specs []policy.Spec) *lanesObjects {
+// loadBench loads the lane's objects with the fixture topology and specs:
+// the committed object, or the one at path (a build of another version of
+// bpf/lanes.c with the same maps, for a before/after comparison in one run).
+func loadBench(b *testing.B, path string, specs []policy.Spec) *lanesObjects {
 	b.Helper()
-	o, err := loadObjects(false)
-	if err != nil {
-		b.Fatal(err)
+	var o *lanesObjects
+	if path == "" {
+		var err error
+		if o, err = loadObjects(false); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		spec, err := ebpf.LoadCollectionSpec(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o = new(lanesObjects)
+		if err := spec.LoadAndAssign(o, nil); err != nil {
+			b.Fatalf("load %s: %v", path, err)
+		}
 	}
 	b.Cleanup(func() { o.Close() })
 	var s policy.Set
@@ -150,7 +164,9 @@ func benchRun(b *testing.B, p *ebpf.Program, c benchCase, want uint32) {
 }
 
 // BenchmarkClassifier: lanes_ingress (tc) and lanes_xdp by case and rule
-// count, and the trivial programs by case.
+// count, and the trivial programs by case. With RXLANE_BENCH_BASE set to
+// another build's lanes_bpfel.o, its programs run too, as tc-base and
+// xdp-base, interleaved with the committed ones.
 func BenchmarkClassifier(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("skipping: loading BPF programs needs root")
@@ -164,13 +180,24 @@ func BenchmarkClassifier(b *testing.B) {
 			benchRun(b, xdpTriv, c, 2)
 		})
 	}
+	base := os.Getenv("RXLANE_BENCH_BASE")
 	for _, n := range []int{0, 1, 8, 64} {
-		o := loadBench(b, benchRules(n))
-		for _, h := range hooks(o) {
-			for _, c := range benchCases() {
-				if n < c.minRule {
-					continue
-				}
+		var hs []hook
+		if base != "" {
+			for _, h := range hooks(loadBench(b, base, benchRules(n))) {
+				h.name += "-base"
+				hs = append(hs, h)
+			}
+		}
+		hs = append(hs, hooks(loadBench(b, "", benchRules(n)))...)
+		if base != "" { // base, new, base, new: tc, tc, xdp, xdp
+			hs[1], hs[2] = hs[2], hs[1]
+		}
+		for _, c := range benchCases() {
+			if n < c.minRule {
+				continue
+			}
+			for _, h := range hs {
 				want := h.pass
 				if c.high {
 					want = h.redirect
