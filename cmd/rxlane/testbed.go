@@ -38,6 +38,12 @@ Receive-core layouts (--layout):
           in threaded NAPI mode, its napi/wireB-* kthread pinned to
           --rx-cpu, no RPS; every later stage of hostB runs there too.
           Senders and applications are pinned to --app-cpu.
+  nicmq   nic with one receive ring per class, as a NIC with a flow rule
+          for the high-priority class: the wire has two queues; a tc
+          program on hostA's wire (standing for the NIC's classifier)
+          sends VXLAN frames to inner UDP port 7000 into queue 1, the rest
+          into queue 0; each of wireB's queues has its own NAPI kthread on
+          --rx-cpu, queue 1's at a higher SCHED_FIFO priority.
   rxcore  RPS on hostB's wire moves hostB's receive stages after the
           wire's own poll to --rx-cpu (the wire's poll stays on the
           sender's CPU, and every packet passes the RPS backlog);
@@ -75,7 +81,7 @@ func newTestbedUpCmd(prefix *string) *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&c.VNI, "vni", c.VNI, "VXLAN network identifier")
 	f.IntVar(&c.Port, "port", c.Port, "VXLAN UDP destination port")
-	f.StringVar(&layout, "layout", string(c.Layout), "receive-core layout: nic, rxcore or shared (see 'rxlane testbed --help')")
+	f.StringVar(&layout, "layout", string(c.Layout), "receive-core layout: nic, nicmq, rxcore or shared (see 'rxlane testbed --help')")
 	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "CPU that runs hostB's receive stages (layouts nic, rxcore)")
 	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "CPU for senders and applications (layouts nic, rxcore)")
 	return cmd

@@ -42,6 +42,7 @@ type AgentArgs struct {
 	Flows    int           // inject: number of background flows
 	Count    int64         // sink, inject: finish after this many packets (0: no limit)
 	Sched    string        // scheduling class: inject, tcpflood BgSchedNormal/BgSchedIdle; echo, probe BgSchedNormal/AppSchedNice
+	ViaQdisc bool          // inject: through the qdisc layer (tc egress), not around it
 }
 
 // Argv renders the args as the agent command line.
@@ -50,7 +51,7 @@ func (a AgentArgs) Argv(self string) []string {
 		"-proto", a.Proto, "-addr", a.Addr, "-size", fmt.Sprint(a.Size),
 		"-rate", fmt.Sprint(a.Rate), "-duration", a.Duration.String(), "-warmup", a.Warmup.String(),
 		"-dev", a.Dev, "-path", a.Path, "-vni", fmt.Sprint(a.VNI), "-port", fmt.Sprint(a.Port),
-		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count), "-sched", a.Sched}
+		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count), "-sched", a.Sched, fmt.Sprintf("-via-qdisc=%v", a.ViaQdisc)}
 }
 
 // AgentMain parses an agent command line (ROLE then flags, as Argv
@@ -77,6 +78,7 @@ func AgentMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&a.Flows, "flows", 1, "")
 	fs.Int64Var(&a.Count, "count", 0, "")
 	fs.StringVar(&a.Sched, "sched", BgSchedNormal, "")
+	fs.BoolVar(&a.ViaQdisc, "via-qdisc", false, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("agent %s: %w", a.Role, err)
 	}
@@ -178,7 +180,7 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 			return err
 		}
 		frames := BackgroundFrames(a.Path, a.VNI, a.Port, a.DstPort, a.Size, a.Flows)
-		in, err := NewInjector(a.Dev, frames, 16)
+		in, err := NewInjector(a.Dev, frames, 16, a.ViaQdisc)
 		if err != nil {
 			return err
 		}

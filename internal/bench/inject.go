@@ -31,8 +31,10 @@ type mmsghdr struct {
 }
 
 // NewInjector opens a packet socket on dev in the calling thread's network
-// namespace. Frames are sent round-robin (one per background flow).
-func NewInjector(dev string, frames [][]byte, batch int) (*Injector, error) {
+// namespace. Frames are sent round-robin (one per background flow). With
+// viaQdisc they pass the device's qdisc layer (and its tc egress
+// programs, e.g. the nicmq layout's classifier); otherwise they bypass it.
+func NewInjector(dev string, frames [][]byte, batch int, viaQdisc bool) (*Injector, error) {
 	ifi, err := net.InterfaceByName(dev)
 	if err != nil {
 		return nil, fmt.Errorf("find device %s: %w", dev, err)
@@ -42,7 +44,9 @@ func NewInjector(dev string, frames [][]byte, batch int) (*Injector, error) {
 		return nil, fmt.Errorf("open packet socket: %w", err)
 	}
 	// Frames go straight to the driver: no qdisc, like a NIC's generator.
-	_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1)
+	if !viaQdisc {
+		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1)
+	}
 	sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index}
 	if err := unix.Bind(fd, sa); err != nil {
 		unix.Close(fd)

@@ -96,6 +96,9 @@ func build(ctx context.Context, c Config) error {
 				PeerHardwareAddr: MACWireB,
 				PeerNamespace:    fd,
 			}
+			if c.Layout == LayoutNICMQ {
+				v.NumTxQueues, v.NumRxQueues, v.PeerNumTxQueues, v.PeerNumRxQueues = wireQueues, wireQueues, wireQueues, wireQueues
+			}
 			if err := hs[HostA].LinkAdd(v); err != nil {
 				return err
 			}
@@ -253,6 +256,11 @@ func applyLayout(c Config) error {
 	case LayoutNIC:
 		_, err := threadedNAPI(c, HostB, WireB, c.RxCPU)
 		return err
+	case LayoutNICMQ:
+		if _, err := threadedNAPI(c, HostB, WireB, c.RxCPU); err != nil {
+			return err
+		}
+		return classRings(c)
 	}
 	return nil
 }

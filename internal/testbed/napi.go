@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -19,10 +21,15 @@ import (
 // device's NAPI instances with the PID of each one's kthread when the
 // device is in threaded mode (Linux 6.9+).
 const (
-	netdevCmdNAPIGet = 11 // NETDEV_CMD_NAPI_GET
-	netdevANAPIIfidx = 1  // NETDEV_A_NAPI_IFINDEX
-	netdevANAPIID    = 2  // NETDEV_A_NAPI_ID
-	netdevANAPIPID   = 4  // NETDEV_A_NAPI_PID
+	netdevCmdQueueGet = 10 // NETDEV_CMD_QUEUE_GET
+	netdevCmdNAPIGet  = 11 // NETDEV_CMD_NAPI_GET
+	netdevANAPIIfidx  = 1  // NETDEV_A_NAPI_IFINDEX
+	netdevANAPIID     = 2  // NETDEV_A_NAPI_ID
+	netdevANAPIPID    = 4  // NETDEV_A_NAPI_PID
+	netdevAQueueID    = 1  // NETDEV_A_QUEUE_ID
+	netdevAQueueIfidx = 2  // NETDEV_A_QUEUE_IFINDEX
+	netdevAQueueType  = 3  // NETDEV_A_QUEUE_TYPE (0: rx)
+	netdevAQueueNAPI  = 4  // NETDEV_A_QUEUE_NAPI_ID
 )
 
 // NAPIThread is a NAPI instance of a device in threaded mode: its kthread
@@ -36,6 +43,125 @@ type NAPIThread struct {
 	// RTPrio its real-time priority.
 	Policy string `json:"policy,omitempty"`
 	RTPrio int    `json:"rt_prio,omitempty"`
+	// RxQueue is the receive queue the instance polls (-1: unknown).
+	RxQueue int `json:"rx_queue"`
+}
+
+// ClassRTPrio is the SCHED_FIFO priority of the kthread of the nicmq
+// layout's high-priority ring (rx queue 1): above the flood ring's, so
+// it runs as soon as the flood kthread's current poll lets it.
+const ClassRTPrio = NAPIRTPrio + 1
+
+// wantRTPrio is the priority the layout gives a NAPI kthread of hostB's
+// wire.
+func wantRTPrio(l Layout, t NAPIThread) int {
+	if l == LayoutNICMQ && t.RxQueue == 1 {
+		return ClassRTPrio
+	}
+	return NAPIRTPrio
+}
+
+// netdevDump runs a netdev family dump and returns each message's
+// attributes (calling thread's namespace). It reads the socket itself:
+// the netdev family's dump messages carry no NLM_F_MULTI flag, and
+// nl.NetlinkRequest.Execute stops after the first message without it.
+func netdevDump(cmd uint8) ([][]syscall.NetlinkRouteAttr, error) {
+	fam, err := netlink.GenlFamilyGet("netdev")
+	if err != nil {
+		return nil, fmt.Errorf("netdev netlink family: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_GENERIC)
+	if err != nil {
+		return nil, fmt.Errorf("netlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("bind netlink socket: %w", err)
+	}
+	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, err
+	}
+	req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
+	req.AddData(genlHeader{cmd: cmd, version: 1})
+	if err := unix.Sendto(fd, req.Serialize(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("send netdev dump: %w", err)
+	}
+	var out [][]syscall.NetlinkRouteAttr
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read netdev dump: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, fmt.Errorf("parse netdev dump: %w", err)
+		}
+		for _, m := range msgs {
+			if m.Header.Seq != req.Seq {
+				continue
+			}
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) >= 4 {
+					if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
+						return nil, syscall.Errno(-e)
+					}
+				}
+				return out, nil
+			}
+			if len(m.Data) < nl.SizeofGenlmsg {
+				continue
+			}
+			attrs, err := nl.ParseRouteAttr(m.Data[nl.SizeofGenlmsg:])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, attrs)
+		}
+	}
+}
+
+func attrU32(a syscall.NetlinkRouteAttr) (uint32, bool) {
+	if len(a.Value) < 4 {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint32(a.Value), true
+}
+
+// rxQueueNAPIs maps NAPI IDs of ifindex to the rx queue each polls.
+func rxQueueNAPIs(ifindex int) (map[uint32]int, error) {
+	ms, err := netdevDump(netdevCmdQueueGet)
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	out := map[uint32]int{}
+	for _, attrs := range ms {
+		id, idx, typ, napi := -1, -1, -1, uint32(0)
+		for _, a := range attrs {
+			v, ok := attrU32(a)
+			if !ok {
+				continue
+			}
+			switch a.Attr.Type {
+			case netdevAQueueID:
+				id = int(v)
+			case netdevAQueueIfidx:
+				idx = int(v)
+			case netdevAQueueType:
+				typ = int(v)
+			case netdevAQueueNAPI:
+				napi = v
+			}
+		}
+		if idx == ifindex && typ == 0 && napi != 0 {
+			out[napi] = id
+		}
+	}
+	return out, nil
 }
 
 // NAPIRTPrio is the SCHED_FIFO priority the nic layout gives the wire's
@@ -54,33 +180,24 @@ func napiThreads(dev string) ([]NAPIThread, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find %s: %w", dev, err)
 	}
-	fam, err := netlink.GenlFamilyGet("netdev")
-	if err != nil {
-		return nil, fmt.Errorf("netdev netlink family: %w", err)
-	}
-	req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
 	// Dump every instance of the namespace and keep dev's.
-	req.AddData(genlHeader{cmd: netdevCmdNAPIGet, version: 1})
-	msgs, err := req.Execute(unix.NETLINK_GENERIC, 0)
+	ms, err := netdevDump(netdevCmdNAPIGet)
 	if err != nil {
 		return nil, fmt.Errorf("list NAPI instances of %s: %w", dev, err)
 	}
+	queues, err := rxQueueNAPIs(l.Attrs().Index)
+	if err != nil {
+		return nil, fmt.Errorf("rx queues of %s: %w", dev, err)
+	}
 	var out []NAPIThread
-	for _, m := range msgs {
-		if len(m) < nl.SizeofGenlmsg {
-			continue
-		}
-		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
-		if err != nil {
-			return nil, fmt.Errorf("parse NAPI instance of %s: %w", dev, err)
-		}
-		var t NAPIThread
+	for _, attrs := range ms {
+		t := NAPIThread{RxQueue: -1}
 		ifidx := -1
 		for _, a := range attrs {
-			if len(a.Value) < 4 {
+			v, ok := attrU32(a)
+			if !ok {
 				continue
 			}
-			v := binary.NativeEndian.Uint32(a.Value)
 			switch a.Attr.Type {
 			case netdevANAPIIfidx:
 				ifidx = int(v)
@@ -92,6 +209,9 @@ func napiThreads(dev string) ([]NAPIThread, error) {
 		}
 		if ifidx != l.Attrs().Index {
 			continue
+		}
+		if q, ok := queues[t.ID]; ok {
+			t.RxQueue = q
 		}
 		if t.PID > 0 {
 			t.Comm, _ = readFileTrim(fmt.Sprintf("/proc/%d/comm", t.PID))
@@ -112,6 +232,16 @@ func napiThreads(dev string) ([]NAPIThread, error) {
 		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if len(queues) == 0 && l.Type() == "veth" {
+		// veth does not tell the kernel which NAPI polls which queue
+		// (no netif_queue_set_napi), so the queue dump has no NAPI IDs.
+		// It enables its queues' NAPI in queue order, which hands out
+		// increasing IDs: the i-th lowest ID polls rx queue i (checked
+		// by TestNICMQLayout through which kthread runs).
+		for i := range out {
+			out[i].RxQueue = i
+		}
+	}
 	return out, nil
 }
 
@@ -145,7 +275,7 @@ func threadedNAPI(c Config, n Node, dev string, cpu int) ([]NAPIThread, error) {
 			return fmt.Errorf("write %s: %w", p, err)
 		}
 		var err error
-		if ts, err = pinNAPI(dev, cpu); err != nil {
+		if ts, err = pinNAPI(dev, cpu, c.Layout); err != nil {
 			return err
 		}
 		if len(ts) == 0 {
@@ -157,9 +287,10 @@ func threadedNAPI(c Config, n Node, dev string, cpu int) ([]NAPIThread, error) {
 }
 
 // pinNAPI pins the NAPI kthreads of dev (calling thread's namespace) to
-// cpu and runs them at SCHED_FIFO NAPIRTPrio; an instance without a
-// kthread is an error.
-func pinNAPI(dev string, cpu int) ([]NAPIThread, error) {
+// cpu and runs them at SCHED_FIFO (NAPIRTPrio; ClassRTPrio for the nicmq
+// layout's high-priority ring); an instance without a kthread is an
+// error.
+func pinNAPI(dev string, cpu int, l Layout) ([]NAPIThread, error) {
 	ts, err := napiThreads(dev)
 	if err != nil {
 		return nil, err
@@ -173,11 +304,12 @@ func pinNAPI(dev string, cpu int) ([]NAPIThread, error) {
 		if err := unix.SchedSetaffinity(t.PID, &set); err != nil {
 			return nil, fmt.Errorf("pin %s (pid %d) to CPU %d: %w", t.Comm, t.PID, cpu, err)
 		}
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: NAPIRTPrio}
+		prio := wantRTPrio(l, t)
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 		if err := unix.SchedSetAttr(t.PID, &attr, 0); err != nil {
-			return nil, fmt.Errorf("SCHED_FIFO %d for %s (pid %d): %w", NAPIRTPrio, t.Comm, t.PID, err)
+			return nil, fmt.Errorf("SCHED_FIFO %d for %s (pid %d): %w", prio, t.Comm, t.PID, err)
 		}
-		ts[i].CPUs, ts[i].Policy, ts[i].RTPrio = []int{cpu}, "fifo", NAPIRTPrio
+		ts[i].CPUs, ts[i].Policy, ts[i].RTPrio = []int{cpu}, "fifo", prio
 	}
 	return ts, nil
 }
@@ -189,7 +321,7 @@ func pinNAPI(dev string, cpu int) ([]NAPIThread, error) {
 // before measuring, so a lane enable that re-creates the wire's NAPI cannot
 // silently move the first stage.
 func PinWireNAPI(c Config) (drifted bool, err error) {
-	if c.Layout != LayoutNIC {
+	if !c.Layout.Threaded() {
 		return false, nil
 	}
 	err = inNS(c.NS(HostB), true, func() error {
@@ -198,14 +330,14 @@ func PinWireNAPI(c Config) (drifted bool, err error) {
 			return err
 		}
 		for _, t := range before {
-			if len(t.CPUs) != 1 || t.CPUs[0] != c.RxCPU || t.Policy != "fifo" || t.RTPrio != NAPIRTPrio {
+			if len(t.CPUs) != 1 || t.CPUs[0] != c.RxCPU || t.Policy != "fifo" || t.RTPrio != wantRTPrio(c.Layout, t) {
 				drifted = true
 			}
 		}
 		if !drifted {
 			return nil
 		}
-		_, err = pinNAPI(WireB, c.RxCPU)
+		_, err = pinNAPI(WireB, c.RxCPU, c.Layout)
 		return err
 	})
 	return drifted, err

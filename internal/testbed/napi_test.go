@@ -2,7 +2,11 @@ package testbed_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,4 +180,81 @@ func TestLayoutsSetOnlyTheirOwnKnobs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runCount is how many times a task has been switched in
+// (/proc/PID/schedstat, third field).
+func runCount(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	n, _ := strconv.ParseInt(f[len(f)-1], 10, 64)
+	return n
+}
+
+// sendUDP sends n datagrams from node n to dst, one per millisecond.
+func sendUDP(t *testing.T, c testbed.Config, from testbed.Node, dst string, n int) {
+	t.Helper()
+	var cl *net.UDPConn
+	err := testbed.Do(c, from, func() error {
+		a, _ := net.ResolveUDPAddr("udp4", dst)
+		var err error
+		cl, err = net.DialUDP("udp4", nil, a)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := 0; i < n; i++ {
+		cl.Write([]byte("x"))
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNICMQLayout: the wire has two rx queues, each polled by its own
+// pinned kthread, queue 1's at a higher priority; overlay datagrams to the
+// class port are polled by queue 1's kthread only, others by queue 0's.
+func TestNICMQLayout(t *testing.T) {
+	c := testbedtest.Config(t)
+	c.Layout = testbed.LayoutNICMQ
+	c = testbedtest.Up(t, c)
+	st, err := testbed.GetStatus(c)
+	if err != nil || !st.Healthy() {
+		t.Fatalf("nicmq testbed unhealthy: %v %v", err, st.Problems)
+	}
+	w := wireB(t, c)
+	if len(w.NAPI) != 2 {
+		t.Fatalf("%d NAPI instances, want 2: %+v", len(w.NAPI), w.NAPI)
+	}
+	byQueue := map[int]testbed.NAPIThread{}
+	for _, k := range w.NAPI {
+		byQueue[k.RxQueue] = k
+		if !slices.Equal(k.CPUs, []int{c.RxCPU}) {
+			t.Errorf("%s may run on %v, want [%d]", k.Comm, k.CPUs, c.RxCPU)
+		}
+	}
+	if byQueue[0].RTPrio != testbed.NAPIRTPrio || byQueue[1].RTPrio != testbed.ClassRTPrio {
+		t.Fatalf("priorities by queue %+v, want %d for 0 and %d for 1", byQueue, testbed.NAPIRTPrio, testbed.ClassRTPrio)
+	}
+	dst := func(port int) string { return fmt.Sprintf("%s:%d", testbed.OverlayB, port) }
+	sendUDP(t, c, testbed.CtrA, dst(testbed.DefaultClassPort+5), 20) // neighbours resolved
+	for _, tc := range []struct {
+		port        int
+		busy, quiet int
+	}{{testbed.DefaultClassPort, 1, 0}, {testbed.DefaultClassPort + 1, 0, 1}} {
+		q0, q1 := runCount(t, byQueue[0].PID), runCount(t, byQueue[1].PID)
+		sendUDP(t, c, testbed.CtrA, dst(tc.port), 200)
+		d := []int64{runCount(t, byQueue[0].PID) - q0, runCount(t, byQueue[1].PID) - q1}
+		if d[tc.busy] < 100 || d[tc.quiet] > 10 {
+			t.Errorf("200 datagrams to port %d: queue 0's kthread ran %d times, queue 1's %d; want queue %d's ~200 times, queue %d's not", tc.port, d[0], d[1], tc.busy, tc.quiet)
+		}
+	}
+	if err := testbed.Down(c.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, w.NAPI)
 }

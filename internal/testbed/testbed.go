@@ -93,12 +93,25 @@ const (
 	// run on RxCPU without an RPS backlog in between; senders and
 	// applications are pinned to AppCPU.
 	LayoutNIC Layout = "nic"
+	// LayoutNICMQ is LayoutNIC with one receive ring per class, as a NIC
+	// with a flow rule (ntuple) for the high-priority class would have
+	// (seed 002's per-class rings): the wire has two queues; a tc program
+	// at hostA's wire egress, standing for the NIC's classifier, puts
+	// VXLAN frames whose inner UDP destination port is ClassPort into
+	// queue 1 and everything else into queue 0; each of wireB's rx queues
+	// has its own NAPI kthread on RxCPU, queue 1's at a higher SCHED_FIFO
+	// priority than queue 0's.
+	LayoutNICMQ Layout = "nicmq"
 )
 
 func (l Layout) String() string { return string(l) }
 
 // Layouts lists the receive-core layouts, the default first.
-var Layouts = []Layout{LayoutNIC, LayoutRxCore, LayoutShared}
+var Layouts = []Layout{LayoutNIC, LayoutNICMQ, LayoutRxCore, LayoutShared}
+
+// Threaded reports whether the layout polls hostB's wire with pinned
+// NAPI kthreads.
+func (l Layout) Threaded() bool { return l == LayoutNIC || l == LayoutNICMQ }
 
 // Config describes a testbed. The zero value is not valid; use Defaults.
 type Config struct {
@@ -108,7 +121,15 @@ type Config struct {
 	Layout Layout `json:"layout"`
 	RxCPU  int    `json:"rx_cpu"`
 	AppCPU int    `json:"app_cpu"`
+	// ClassPort is the inner UDP destination port the nicmq layout's
+	// sender-side classifier puts into the wire's queue 1 (0: the
+	// default, DefaultClassPort).
+	ClassPort int `json:"class_port,omitempty"`
 }
+
+// DefaultClassPort is the high-priority port of the benchmarks (their
+// echo server's).
+const DefaultClassPort = 7000
 
 // Defaults returns the library's default configuration, which tests of
 // other packages build on (layout rxcore, as when they were written).
@@ -127,7 +148,7 @@ func LabDefaults() Config {
 
 // Pinned reports whether the layout pins senders and applications to
 // AppCPU and the receiving host's stages to RxCPU.
-func (l Layout) Pinned() bool { return l == LayoutRxCore || l == LayoutNIC }
+func (l Layout) Pinned() bool { return l == LayoutRxCore || l.Threaded() }
 
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
 
@@ -145,7 +166,7 @@ func (c Config) Validate() error {
 	}
 	switch c.Layout {
 	case LayoutShared:
-	case LayoutRxCore, LayoutNIC:
+	case LayoutRxCore, LayoutNIC, LayoutNICMQ:
 		n := runtime.NumCPU()
 		if c.RxCPU < 0 || c.RxCPU >= n {
 			return fmt.Errorf("rx-cpu %d: this machine has CPUs 0..%d", c.RxCPU, n-1)
@@ -157,9 +178,20 @@ func (c Config) Validate() error {
 			return fmt.Errorf("app-cpu and rx-cpu are both %d: the %s layout needs two different CPUs", c.RxCPU, c.Layout)
 		}
 	default:
-		return fmt.Errorf("layout %q: want %q, %q or %q", c.Layout, LayoutNIC, LayoutRxCore, LayoutShared)
+		return fmt.Errorf("layout %q: want %q, %q, %q or %q", c.Layout, LayoutNIC, LayoutNICMQ, LayoutRxCore, LayoutShared)
+	}
+	if c.ClassPort < 0 || c.ClassPort > 65535 {
+		return fmt.Errorf("class-port %d: want 1..65535", c.ClassPort)
 	}
 	return nil
+}
+
+// classPort is the nicmq layout's high-priority port.
+func (c Config) classPort() int {
+	if c.ClassPort == 0 {
+		return DefaultClassPort
+	}
+	return c.ClassPort
 }
 
 // NS returns the namespace name of a node.
