@@ -79,7 +79,8 @@ func inNS(t *testing.T, ns string, fn func() error) {
 
 // deliver sends datagrams from src (a socket in the remote's namespace)
 // to dst in the pod until one arrives (at most 5 s): the first may wait
-// for the host to learn the pod's MAC.
+// for the host to learn the pod's MAC; then the pod's reply must reach
+// src.
 func deliver(t *testing.T, n *Node, pod Pod, src, dst netip.Addr) {
 	t.Helper()
 	var rx, tx *net.UDPConn
@@ -105,6 +106,15 @@ func deliver(t *testing.T, n *Node, pod Pod, src, dst netip.Addr) {
 		if err == nil {
 			if !bytes.Equal(buf[:k], msg) || from.Addr().Unmap() != src {
 				t.Fatalf("received %q from %s, want %q from %s", buf[:k], from, msg, src)
+			}
+			// The pod's reply must find its way back (its gateway:
+			// cni0, or Calico's proxy-ARPed 169.254.1.1).
+			if _, err := rx.WriteToUDPAddrPort(buf[:k], from); err != nil {
+				t.Fatalf("reply %s -> %s: %v", dst, from, err)
+			}
+			tx.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, _, err := tx.ReadFromUDPAddrPort(buf); err != nil {
+				t.Fatalf("no reply from %s to %s: %v", dst, src, err)
 			}
 			return
 		}
@@ -348,8 +358,10 @@ func TestAddDelPod(t *testing.T) {
 				if _, err := netlink.LinkByName(gone.HostDev); err == nil {
 					t.Errorf("%s still there", gone.HostDev)
 				}
+				// Only the default route (via the NIC's gateway) may
+				// lead there now, not the pod's own /32.
 				rs, err := netlink.RouteGet(gone.Addrs[0].AsSlice())
-				if err == nil && len(rs) > 0 && k == Calico {
+				if err == nil && len(rs) > 0 && rs[0].Gw == nil && k == Calico {
 					t.Errorf("route to the deleted pod: %+v", rs)
 				}
 				return nil

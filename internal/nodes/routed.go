@@ -137,6 +137,13 @@ func (n *Node) buildRouted() error {
 			if err := netlink.LinkSetUp(u); err != nil {
 				return err
 			}
+			// Every host has a default gateway on its NIC. Calico
+			// relies on it: proxy ARP answers a pod's request for
+			// 169.254.1.1 only for an address the host routes out of
+			// another device, so without it no pod's reply leaves.
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: u.Attrs().Index, Gw: sd.peerUnder[0].Addr().AsSlice()}); err != nil {
+				return fmt.Errorf("default route: %w", err)
+			}
 			vx, err := vtep(s.vxlan, sd.mac, s.vni, s.port, sd.under[0].Addr(), sd.peerUnder[0].Addr(), u, sd.peerMAC)
 			if err != nil {
 				return err
