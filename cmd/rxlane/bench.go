@@ -5,10 +5,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/rxlane/rxlane/internal/bench"
+	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/spf13/cobra"
 )
@@ -157,16 +159,32 @@ generator is a large part of the busy p99 (docs/lanes.md).
 application at normal priority, the old arrangement) so the goal table shows
 the lanes' cut against it too.
 
+--node measures a receiving node shaped as users run one instead of the
+testbed: flannel (flannel.1 routed to cni0), calico (vxlan.calico, /32
+routes on cali veths) or docker (vxlan0 on br0 in an overlay sandbox), each
+built fresh in network namespaces with one pod and a remote host on a veth
+wire arranged as the nic layout's (the wire's first stage on --rx-cpu), and
+removed afterwards. The high-priority flow goes from the remote host to the
+pod; the flood is injected at the remote's wire. lanes-queue is refused on
+docker (its XDP program cannot reach the sandbox's veths).
+
 Examples:
   rxlane bench compare
   rxlane bench compare --baseline-arrangement --plot out/compare.png
-  rxlane bench compare --modes vanilla,lanes-queue --bg-rates 150k --reps 7`,
+  rxlane bench compare --modes vanilla,lanes-queue --bg-rates 150k --reps 7
+  rxlane bench compare --node calico --reps 3`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Testbed.Layout = testbed.Layout(layout)
 			var err error
 			if co.Modes, err = bench.ParseModes(modes); err != nil {
 				return usageError{err}
+			}
+			if co.Node, err = bench.ParseNode(co.Node); err != nil {
+				return usageError{err}
+			}
+			if co.Node == string(nodes.Docker) && !cmd.Flags().Changed("modes") {
+				co.Modes = slices.DeleteFunc(co.Modes, func(m string) bool { return m == bench.ModeLanesQueue })
 			}
 			if co.BgRates, err = parseRates(rates); err != nil {
 				return err
@@ -198,6 +216,7 @@ Examples:
 	out.add(cmd, "write the CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	f := cmd.Flags()
 	f.StringSliceVar(&modes, "modes", modes, "modes to compare: vanilla, lanes-sync (tc), lanes-queue (XDP)")
+	f.StringVar(&co.Node, "node", bench.NodeTestbed, "receiving node: "+strings.Join(bench.NodeKinds(), ", ")+" (not --layout, the receive-core layout)")
 	f.BoolVar(&co.Baseline, "baseline-arrangement", false, "also run vanilla with the application at normal priority (mode vanilla-normal) and show the lanes' cut against it")
 	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
 	return cmd

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -42,7 +43,10 @@ type AgentArgs struct {
 	Flows    int           // inject: number of background flows
 	Count    int64         // sink, inject: finish after this many packets (0: no limit)
 	Sched    string        // scheduling class: inject, tcpflood BgSchedNormal/BgSchedIdle; echo, probe BgSchedNormal/AppSchedNice
-	ViaQdisc bool          // inject: through the qdisc layer (tc egress), not around it
+	// Frame (inject), when set, is the first flow's frame as FrameSpec
+	// JSON, for a node that is not the testbed; flows differ in SrcPort.
+	Frame    string
+	ViaQdisc bool // inject: through the qdisc layer (tc egress), not around it
 }
 
 // Argv renders the args as the agent command line.
@@ -51,7 +55,8 @@ func (a AgentArgs) Argv(self string) []string {
 		"-proto", a.Proto, "-addr", a.Addr, "-size", fmt.Sprint(a.Size),
 		"-rate", fmt.Sprint(a.Rate), "-duration", a.Duration.String(), "-warmup", a.Warmup.String(),
 		"-dev", a.Dev, "-path", a.Path, "-vni", fmt.Sprint(a.VNI), "-port", fmt.Sprint(a.Port),
-		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count), "-sched", a.Sched, fmt.Sprintf("-via-qdisc=%v", a.ViaQdisc)}
+		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count), "-sched", a.Sched, fmt.Sprintf("-via-qdisc=%v", a.ViaQdisc),
+		"-frame", a.Frame}
 }
 
 // AgentMain parses an agent command line (ROLE then flags, as Argv
@@ -79,6 +84,7 @@ func AgentMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&a.Count, "count", 0, "")
 	fs.StringVar(&a.Sched, "sched", BgSchedNormal, "")
 	fs.BoolVar(&a.ViaQdisc, "via-qdisc", false, "")
+	fs.StringVar(&a.Frame, "frame", "", "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("agent %s: %w", a.Role, err)
 	}
@@ -180,6 +186,13 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 			return err
 		}
 		frames := BackgroundFrames(a.Path, a.VNI, a.Port, a.DstPort, a.Size, a.Flows)
+		if a.Frame != "" {
+			var spec FrameSpec
+			if err := json.Unmarshal([]byte(a.Frame), &spec); err != nil {
+				return fmt.Errorf("inject: frame: %w", err)
+			}
+			frames = spec.Flows(a.Flows)
+		}
 		in, err := NewInjector(a.Dev, frames, 16, a.ViaQdisc)
 		if err != nil {
 			return err
@@ -232,10 +245,26 @@ func startAgent(c testbed.Config, n testbed.Node, cpus []int, a AgentArgs) (*age
 	return startProcess(c, n, cpus, a.Role, a.Argv(self), func(l string) bool { return l == "ready" })
 }
 
+// startAgentAt starts an agent in the namespace file nsPath (a node of
+// package nodes) pinned to cpus and waits until it is ready.
+func startAgentAt(nsPath string, cpus []int, a AgentArgs) (*agent, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	return startCommand(testbed.NewCommandAt(nsPath, cpus, a.Argv(self)...), filepath.Base(nsPath), a.Role, func(l string) bool { return l == "ready" })
+}
+
 // startProcess starts argv in node n pinned to cpus and waits, at most 10
 // s, for a line of its standard output for which ready returns true.
 func startProcess(c testbed.Config, n testbed.Node, cpus []int, role string, argv []string, ready func(string) bool) (*agent, error) {
-	cmd := testbed.NewCommand(c, n, cpus, argv...)
+	return startCommand(testbed.NewCommand(c, n, cpus, argv...), string(n), role, ready)
+}
+
+// startCommand starts cmd (in the namespace where names) and waits, at
+// most 10 s, for a line of its standard output for which ready returns
+// true.
+func startCommand(cmd *testbed.Command, where, role string, ready func(string) bool) (*agent, error) {
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -261,11 +290,11 @@ func startProcess(c testbed.Config, n testbed.Node, cpus []int, role string, arg
 	case ok := <-readyc:
 		if !ok {
 			err := cmd.Wait()
-			return nil, fmt.Errorf("%s in %s did not start: %v: %s", role, n, err, strings.TrimSpace(eb.String()))
+			return nil, fmt.Errorf("%s in %s did not start: %v: %s", role, where, err, strings.TrimSpace(eb.String()))
 		}
 	case <-time.After(10 * time.Second):
 		ag.kill()
-		return nil, fmt.Errorf("%s in %s: not ready after 10s", role, n)
+		return nil, fmt.Errorf("%s in %s: not ready after 10s", role, where)
 	}
 	return ag, nil
 }

@@ -80,6 +80,9 @@ type CompareOptions struct {
 	// Baseline adds vanilla in the old arrangement (ModeVanillaNormal:
 	// application at normal priority) to the run.
 	Baseline bool
+	// Node is the receiving node's layout (ParseNode): the testbed
+	// (default), or a fresh Flannel-, Calico- or Docker-shaped node.
+	Node string
 }
 
 // CompareCase is one (mode, load) cell.
@@ -119,8 +122,12 @@ type Goal struct {
 
 // CompareReport is the output of `rxlane bench compare`.
 type CompareReport struct {
-	Version int            `json:"version"`
-	Started time.Time      `json:"started"`
+	Version int       `json:"version"`
+	Started time.Time `json:"started"`
+	// Node is the receiving node's layout: testbed, flannel, calico or
+	// docker (--node). Off the testbed, Testbed holds only the CPU
+	// layout (layout, rx_cpu, app_cpu) the node was run with.
+	Node    string         `json:"node"`
 	Testbed testbed.Config `json:"testbed"`
 	QoSHeld bool           `json:"qos_held"`
 	Options OptionsJSON    `json:"options"`
@@ -154,6 +161,9 @@ type compareTarget struct {
 	// settle runs after every lane enable/disable and returns a warning
 	// when it had to repair the node's layout.
 	settle func() (string, error)
+	// queueRefused, when set, is why the queue lane is not offered on
+	// this node.
+	queueRefused string
 }
 
 func testbedTarget(tb testbed.Config) compareTarget {
@@ -208,12 +218,30 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 			return nil, fmt.Errorf("bg-rates: %g is not in 0 < rate <= 5000000", r)
 		}
 	}
-	tb, cleanup, err := ensureTestbed(ctx, o.Testbed, o.Progress)
+	node, err := ParseNode(co.Node)
 	if err != nil {
 		return nil, err
 	}
+	tb := o.Testbed
+	var tgt compareTarget
+	var cleanup func() error
+	if node == NodeTestbed {
+		if tb, cleanup, err = ensureTestbed(ctx, o.Testbed, o.Progress); err != nil {
+			return nil, err
+		}
+		tgt = testbedTarget(tb)
+	} else {
+		if err := tb.Validate(); err != nil {
+			return nil, err
+		}
+		if tgt, cleanup, err = nodeTarget(node, tb, o.Progress); err != nil {
+			return nil, err
+		}
+		if tgt.queueRefused != "" && slices.Contains(modes, ModeLanesQueue) {
+			return nil, errors.Join(fmt.Errorf("modes: %s", tgt.queueRefused), cleanup())
+		}
+	}
 	defer func() { err = errors.Join(err, cleanup()) }()
-	tgt := testbedTarget(tb)
 
 	rule, err := policy.Parse(policy.Spec{Dst: tgt.dst, Proto: o.Proto, Port: fmt.Sprint(echoPort)})
 	if err != nil {
@@ -223,7 +251,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	if rule, err = rules.Add(rule); err != nil {
 		return nil, err
 	}
-	rep = &CompareReport{Version: 2, Started: time.Now().UTC(), Testbed: tb, Rule: rule.String(), Warnings: []string{}, Modes: modes,
+	rep = &CompareReport{Version: 2, Started: time.Now().UTC(), Node: node, Testbed: tb, Rule: rule.String(), Warnings: []string{}, Modes: modes,
 		Options: o.optionsJSON(), Order: "repetition-major; mode order rotated each repetition; loads in order within a mode"}
 	rep.Options.BgRatePPS = 0 // each busy case has its own rate (bg_rate_pps of the case)
 	var release func()
@@ -528,6 +556,9 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "high-priority flow: %s request/response over the overlay, %d B, %.0f req/s (%s prober), %.0fs x %d reps (%s); lane rule: %s\n",
 		o.Proto, o.Size, o.RatePerSec, o.Prober, o.DurationS, o.Reps, r.Order, r.Rule)
+	if r.Node != "" && r.Node != NodeTestbed {
+		fmt.Fprintf(w, "node: %s-shaped, built fresh (one pod, a remote host on a veth wire; flow and flood from the remote to the pod)\n", r.Node)
+	}
 	fmt.Fprintf(w, "%s\n%s", layoutLine(r.Testbed), appSchedLine(o.AppSched))
 	if slices.Contains(r.Modes, ModeVanillaNormal) {
 		fmt.Fprintf(w, " (%s: vanilla with the application at normal priority, the old arrangement)", ModeVanillaNormal)

@@ -27,6 +27,18 @@ const (
 	vxlanLen = 8
 )
 
+// Flows returns n frames of s (at least one) whose UDP source ports count
+// up from s's, so that each is its own flow with its own hash.
+func (s FrameSpec) Flows(n int) [][]byte {
+	out := [][]byte{}
+	for i := 0; i < max(n, 1); i++ {
+		f := s
+		f.SrcPort = s.SrcPort + uint16(i)
+		out = append(out, f.Build())
+	}
+	return out
+}
+
 // Build returns the complete Ethernet frame.
 func (s FrameSpec) Build() []byte {
 	inner := make([]byte, udpLen+s.Payload)

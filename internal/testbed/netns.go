@@ -80,16 +80,20 @@ func inNS(name string, sysfs bool, fn func() error) error {
 // if cpus is non-empty, pinned to those CPUs. The child inherits namespace,
 // mounts and affinity from the locked thread that forks it.
 func startInNS(name string, cpus []int, cmd *exec.Cmd) error {
-	return inNS(name, true, func() error {
-		if len(cpus) > 0 {
-			var set unix.CPUSet
-			for _, c := range cpus {
-				set.Set(c)
-			}
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				return fmt.Errorf("pin to cpus %v: %w", cpus, err)
-			}
+	return inNS(name, true, func() error { return startPinned(cpus, cmd) })
+}
+
+// startPinned starts cmd from the calling thread (whose namespaces it
+// inherits), pinned to cpus when cpus is non-empty.
+func startPinned(cpus []int, cmd *exec.Cmd) error {
+	if len(cpus) > 0 {
+		var set unix.CPUSet
+		for _, c := range cpus {
+			set.Set(c)
 		}
-		return cmd.Start()
-	})
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("pin to cpus %v: %w", cpus, err)
+		}
+	}
+	return cmd.Start()
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -201,6 +202,7 @@ func wireDetails(ns string, ls *LinkStatus) error {
 type Command struct {
 	*exec.Cmd
 	ns   string
+	path string // a namespace file outside the testbed (NewCommandAt)
 	cpus []int
 }
 
@@ -210,8 +212,21 @@ func NewCommand(c Config, n Node, cpus []int, argv ...string) *Command {
 	return &Command{Cmd: exec.Command(argv[0], argv[1:]...), ns: c.NS(n), cpus: cpus}
 }
 
+// NewCommandAt returns a command that runs argv inside the namespace file
+// nsPath (a node rxlane did not build: a Flannel, Calico or Docker node),
+// with that namespace's /sys, pinned to cpus when cpus is non-empty.
+func NewCommandAt(nsPath string, cpus []int, argv ...string) *Command {
+	return &Command{Cmd: exec.Command(argv[0], argv[1:]...), path: nsPath, cpus: cpus}
+}
+
 // Start starts the command inside its node.
 func (c *Command) Start() error {
+	if c.path != "" {
+		if err := netnsrun.Do(c.path, true, func() error { return startPinned(c.cpus, c.Cmd) }); err != nil {
+			return fmt.Errorf("start %s in %s: %w", strings.Join(c.Args, " "), c.path, err)
+		}
+		return nil
+	}
 	if !nsExists(c.ns) {
 		return fmt.Errorf("start %s: netns %s does not exist: %w", c.Path, c.ns, ErrNotUp)
 	}

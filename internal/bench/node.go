@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/nodes"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/vishvananda/netlink"
+)
+
+// NodeTestbed is `bench compare --node testbed`: the lab's own two-host
+// overlay. The other node kinds are package nodes' Flannel-, Calico- and
+// Docker-shaped receiving nodes, built fresh for the run.
+const NodeTestbed = "testbed"
+
+// NodeKinds are the values of `bench compare --node`.
+func NodeKinds() []string {
+	out := []string{NodeTestbed}
+	for _, k := range nodes.Kinds() {
+		out = append(out, string(k))
+	}
+	return out
+}
+
+// ParseNode checks a --node value.
+func ParseNode(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" || s == NodeTestbed {
+		return NodeTestbed, nil
+	}
+	k, err := nodes.ParseKind(s)
+	if err != nil {
+		return "", fmt.Errorf("node %q: want one of %s", s, strings.Join(NodeKinds(), ", "))
+	}
+	return string(k), nil
+}
+
+// nodeEnv is a node of package nodes as the benchmark runs it: where the
+// high-priority flow's server (the first pod) and the remote sender live,
+// the background frame, and the CPUs of the testbed configuration's layout
+// (receive stages on RxCPU, senders and applications on AppCPU).
+type nodeEnv struct {
+	n     *nodes.Node
+	pod   nodes.Pod
+	dst   netip.Addr
+	frame FrameSpec
+	cpus  testbed.Config
+}
+
+// nodeTarget builds a fresh node of kind with the nic layout's wire
+// (testbed.NICWire: the first stage on cpus.RxCPU, where a NIC's
+// interrupt would run it) and returns its compare target; cleanup removes
+// the node. Only the nic layout is offered: it is the arrangement the
+// comparison is about.
+func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareTarget, func() error, error) {
+	if cpus.Layout != testbed.LayoutNIC {
+		return compareTarget{}, nil, fmt.Errorf("node %s: only layout %s is offered off the testbed (got %s)", kind, testbed.LayoutNIC, cpus.Layout)
+	}
+	progress(progressW, "building a %s-shaped node (layout %s)", kind, cpus.Layout)
+	n, err := nodes.Build(nodes.Options{Kind: nodes.Kind(kind), Prefix: "rxbn"})
+	if err != nil {
+		return compareTarget{}, nil, err
+	}
+	cleanup := func() error {
+		progress(progressW, "removing the %s node", kind)
+		return n.Close()
+	}
+	fail := func(err error) (compareTarget, func() error, error) {
+		return compareTarget{}, nil, errors.Join(err, n.Close())
+	}
+	if err := testbed.NICWire(n.Netns, n.Wire.NodeDev, n.Remote, n.Wire.RemoteDev, cpus.RxCPU); err != nil {
+		return fail(fmt.Errorf("arrange the wire: %w", err))
+	}
+	env, err := newNodeEnv(n, cpus)
+	if err != nil {
+		return fail(err)
+	}
+	laneNS := n.Netns
+	if n.Kind == nodes.Docker {
+		laneNS = n.Tunnels[0].Netns // the sandbox: vxlan0 and br0
+	}
+	return compareTarget{
+		dst:         env.dst.String(),
+		lanes:       datapath.Options{Netns: laneNS},
+		senderNetns: n.Remote, senderDev: n.Wire.RemoteDev,
+		run: env.runCase,
+		settle: func() (string, error) {
+			drifted, err := testbed.PinNICWire(n.Netns, n.Wire.NodeDev, cpus.RxCPU)
+			if drifted {
+				return fmt.Sprintf("the node's wire NAPI kthread was no longer pinned to CPU %d at SCHED_FIFO after a lane enable/disable: re-pinned", cpus.RxCPU), err
+			}
+			return "", err
+		},
+		queueRefused: map[bool]string{true: "the queue lane is refused on Docker-shaped nodes: its XDP program would sit on the host's underlay, which cannot redirect into the overlay sandbox's veths (docs/lanes.md, Layouts)"}[n.Kind == nodes.Docker],
+	}, cleanup, nil
+}
+
+func newNodeEnv(n *nodes.Node, cpus testbed.Config) (*nodeEnv, error) {
+	if len(n.Pods) == 0 || len(n.Tunnels) == 0 {
+		return nil, errors.New("the node has no pod or no tunnel")
+	}
+	e := &nodeEnv{n: n, pod: n.Pods[0], cpus: cpus}
+	tn := n.Tunnels[0]
+	first4 := func(as []netip.Addr) netip.Addr {
+		for _, a := range as {
+			if a.Is4() {
+				return a
+			}
+		}
+		return netip.Addr{}
+	}
+	var under4, remoteUnder4 netip.Addr
+	for _, p := range n.Wire.NodeAddrs {
+		if p.Addr().Is4() {
+			under4 = p.Addr()
+		}
+	}
+	for _, p := range n.Wire.RemoteAddrs {
+		if p.Addr().Is4() {
+			remoteUnder4 = p.Addr()
+		}
+	}
+	e.dst = first4(e.pod.Addrs)
+	if !e.dst.IsValid() && n.Kind == nodes.Docker {
+		e.dst = nodes.DockerContainerAddr(0, 0)
+	}
+	src := first4(tn.RemoteInner)
+	if !e.dst.IsValid() || !src.IsValid() || !under4.IsValid() || !remoteUnder4.IsValid() {
+		return nil, fmt.Errorf("the %s node lacks an IPv4 pod, remote or underlay address", n.Kind)
+	}
+	// The inner frame as the remote's VXLAN device would send it: to the
+	// node's VXLAN device's MAC on routed layouts (the node forwards it
+	// to the pod), to the container's own MAC on Docker's bridged one.
+	innerDst := tn.MAC
+	if n.Kind == nodes.Docker {
+		innerDst = e.pod.MAC
+	}
+	e.frame = FrameSpec{
+		SrcMAC: n.Wire.RemoteMAC, DstMAC: n.Wire.NodeMAC,
+		SrcIP: remoteUnder4.AsSlice(), DstIP: under4.AsSlice(),
+		VNI: uint32(tn.VNI), VXLANPort: uint16(tn.Port),
+		InnerSrcMAC: tn.RemoteMAC, InnerDstMAC: innerDst,
+		InnerSrcIP: src.AsSlice(), InnerDstIP: e.dst.AsSlice(),
+		SrcPort: 20000, DstPort: sinkPort,
+	}
+	return e, nil
+}
+
+// runCase measures one case on the node, as runCase does on the testbed:
+// echo server (and the background sink) in the pod on the application
+// CPUs, prober and injector on the remote host on the sender CPUs.
+func (e *nodeEnv) runCase(ctx context.Context, o LatencyOptions, load string) (RepResult, error) {
+	var res RepResult
+	if o.Prober == "sockperf" || o.BgProto == "tcp" {
+		return res, fmt.Errorf("node %s: only the built-in UDP prober and UDP background run off the testbed", e.n.Kind)
+	}
+	apps, senders := e.cpus.AppCPUs(), e.cpus.SenderCPUs()
+	addr := func(port int) string { return netip.AddrPortFrom(e.dst, uint16(port)).String() }
+	echo, err := startAgentAt(e.pod.Netns, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: addr(echoPort), Size: o.Size, Sched: o.AppSched})
+	if err != nil {
+		return res, err
+	}
+	defer echo.kill()
+	var sink, inj *agent
+	if load == LoadBusy {
+		if sink, err = startAgentAt(e.pod.Netns, apps, AgentArgs{Role: "sink", Addr: addr(sinkPort)}); err != nil {
+			return res, err
+		}
+		defer sink.kill()
+		f := e.frame
+		f.Payload = o.BgSize
+		spec, err := json.Marshal(f)
+		if err != nil {
+			return res, err
+		}
+		inj, err = startAgentAt(e.n.Remote, senders, AgentArgs{Role: "inject", Dev: e.n.Wire.RemoteDev, Frame: string(spec),
+			Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: o.Duration + 5*time.Second, Sched: o.BgSched})
+		if err != nil {
+			return res, err
+		}
+		defer inj.kill()
+	}
+	before, err := e.sample()
+	if err != nil {
+		return res, err
+	}
+	probe, err := startAgentAt(e.n.Remote, senders, AgentArgs{Role: "probe", Proto: o.Proto, Addr: addr(echoPort),
+		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched})
+	if err != nil {
+		return res, err
+	}
+	var pr ProbeResult
+	perr := make(chan error, 1)
+	go func() { perr <- probe.result(&pr) }()
+	select {
+	case err = <-perr:
+	case <-ctx.Done():
+		probe.cmd.Process.Signal(os.Interrupt)
+		<-perr
+		err = ctx.Err()
+	}
+	if err != nil {
+		return res, err
+	}
+	after, err := e.sample()
+	if err != nil {
+		return res, err
+	}
+	if inj != nil {
+		var ir InjectResult
+		if err := inj.stop(&ir); err != nil {
+			return res, err
+		}
+		var sr SinkResult
+		if err := sink.stop(&sr); err != nil {
+			return res, err
+		}
+		res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
+	}
+	res.rtt = pr.RTTns
+	res.Latency = Summarize(pr.RTTns)
+	res.Sent, res.Lost = pr.Sent, pr.Lost
+	res.CPUs = Usage(before.host, after.host)
+	res.Drops = diffDrops(before, after, res.CPUs)
+	if res.BgDeliveredPPS > 0 && e.cpus.RxCPU < len(res.CPUs) {
+		res.RxCPUUsPerBgPkt = res.CPUs[e.cpus.RxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
+	}
+	return res, nil
+}
+
+// sample reads the host's CPU counters, the pod's UDP counters and the
+// drop counters of the node's devices (the host's, a Docker sandbox's, the
+// pod's).
+func (e *nodeEnv) sample() (sample, error) {
+	s := sample{links: map[string]testbed.DropCounters{}}
+	spaces := []string{e.n.Netns, e.pod.Netns}
+	if e.pod.HostNetns != e.n.Netns {
+		spaces = append(spaces, e.pod.HostNetns)
+	}
+	for _, ns := range slices.Compact(spaces) {
+		err := netnsrun.Do(ns, false, func() error {
+			links, err := netlink.LinkList()
+			if err != nil {
+				return err
+			}
+			for _, l := range links {
+				a := l.Attrs()
+				if a.Name == "lo" || a.Statistics == nil {
+					continue
+				}
+				key := a.Name
+				if ns == e.pod.Netns {
+					key = "pod:" + a.Name
+				}
+				s.links[key] = testbed.DropCounters{RxDropped: a.Statistics.RxDropped, TxDropped: a.Statistics.TxDropped, RxPackets: a.Statistics.RxPackets}
+			}
+			if ns == e.pod.Netns {
+				s.udp, err = ReadUDPStats()
+			}
+			return err
+		})
+		if err != nil {
+			return s, fmt.Errorf("sample %s: %w", ns, err)
+		}
+	}
+	var err error
+	s.host, err = SampleHost()
+	return s, err
+}
