@@ -39,7 +39,7 @@ demo: setup build
 	mkdir -p $(OUT)
 	flock /tmp/rxlane-cpu.lock $(BIN) bench latency --prefix demo --json-out $(OUT)/latency.json --plot $(OUT)/latency-cdf.svg --plot $(OUT)/latency-cdf.png > $(OUT)/latency.txt
 	cat $(OUT)/latency.txt
-	flock /tmp/rxlane-cpu.lock $(BIN) bench compare --prefix demo --baseline-arrangement --json-out $(OUT)/compare.json --plot $(OUT)/compare-tail.svg --plot $(OUT)/compare-tail.png > $(OUT)/compare.txt
+	flock /tmp/rxlane-cpu.lock $(BIN) bench compare --prefix demo --baseline-arrangement --json-out $(OUT)/compare.json --plot $(OUT)/compare-cdf.svg --plot $(OUT)/compare-cdf.png > $(OUT)/compare.txt
 	cat $(OUT)/compare.txt
 
 bench: build
