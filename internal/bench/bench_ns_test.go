@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -290,5 +291,53 @@ func TestCompareRun(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCompareOnNodes runs the comparison on fresh Flannel-, Calico- and
+// Docker-shaped nodes (--node): every high-priority request is answered
+// in every case, the lane serves the flow (lanes-sync counts its packets),
+// the flood reaches the pod's sink, lanes-queue is refused on Docker with
+// the reason, and no namespace of the node is left afterwards.
+func TestCompareOnNodes(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	for _, kind := range []string{"flannel", "calico", "docker"} {
+		t.Run(kind, func(t *testing.T) {
+			before, _ := os.ReadDir("/run/netns")
+			c := testbed.Defaults()
+			c.Layout = testbed.LayoutNIC
+			co := CompareOptions{Node: kind, Latency: LatencyOptions{Testbed: c, Reps: 1, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
+				Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64, BgRate: 1, BgSize: 64, BgFlows: 1, BgProto: "udp", AppSched: AppSchedNice},
+				BgRates: []float64{20000}, Modes: []string{ModeVanilla, ModeLanes}}
+			if kind == "docker" {
+				q := co
+				q.Modes = []string{ModeVanilla, ModeLanesQueue}
+				if _, err := Compare(context.Background(), q); err == nil || !strings.Contains(err.Error(), "refused on Docker") {
+					t.Fatalf("lanes-queue on docker: %v, want a refusal with the reason", err)
+				}
+			}
+			rep, err := Compare(context.Background(), co)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Node != kind || len(rep.Cases) != 4 {
+				t.Fatalf("node %q, %d cases", rep.Node, len(rep.Cases))
+			}
+			for _, cs := range rep.Cases {
+				if cs.Lost != 0 || len(cs.Reps) != 1 || cs.Reps[0].Sent == 0 {
+					t.Errorf("%s %s: %d of %v requests lost", cs.Mode, cs.CaseResult.Load, cs.Lost, cs.Reps)
+				}
+				if cs.Mode == ModeLanes && cs.LanePackets == 0 {
+					t.Errorf("%s %s: the lane served nothing (fallbacks %v)", cs.Mode, cs.CaseResult.Load, cs.LaneFallbacks)
+				}
+				if cs.Load == LoadBusy && cs.Reps[0].BgDeliveredPPS <= 0 {
+					t.Errorf("%s busy: no background delivered (sent %.0f pps)", cs.Mode, cs.Reps[0].BgSentPPS)
+				}
+			}
+			after, _ := os.ReadDir("/run/netns")
+			if len(after) != len(before) {
+				t.Errorf("namespaces before %d, after %d: the node was not removed", len(before), len(after))
+			}
+		})
 	}
 }
