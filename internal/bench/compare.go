@@ -367,6 +367,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	}
 	rep.Goals = compareGoals(rep.Cases)
 	rep.Warnings = append(rep.Warnings, queueWarnings(rep)...)
+	rep.Warnings = append(rep.Warnings, slowerWarnings(rep)...)
 	return rep, nil
 }
 
@@ -538,6 +539,26 @@ func QueueShortfalls(rep *CompareReport) []QueueShortfall {
 		}
 		out = append(out, QueueShortfall{RatePPS: c.BgRatePPS, Ratio: ratio, QueueDrops: devDrops(q), VanillaDrops: devDrops(v),
 			QueueRxBusy: q.RxCPUBusyPct.Median, VanillaRxBusy: v.RxCPUBusyPct.Median})
+	}
+	return out
+}
+
+// slowerWarnings names every lane mode and rate at which the lane made
+// the flow it serves slower than vanilla beyond the run's spread (its
+// lowest p99 over repetitions above vanilla's highest): a lane must never
+// do that, and where it does the operator should hear it.
+func slowerWarnings(rep *CompareReport) []string {
+	var out []string
+	for _, c := range rep.Cases {
+		if laneMode(c.Mode) == "" || c.BgRatePPS == 0 {
+			continue
+		}
+		v := rep.find(ModeVanilla, c.BgRatePPS)
+		if v == nil || !(c.P99.Min > v.P99.Max) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s made the high-priority flow slower than vanilla at %.0fk: p99 %.0f us (range %s) vs %.0f (range %s), receive CPU %.0f%% vs %.0f%% busy",
+			c.Mode, c.BgRatePPS/1e3, c.P99.Median, rng(c.P99), v.P99.Median, rng(v.P99), c.RxCPUBusyPct.Median, v.RxCPUBusyPct.Median))
 	}
 	return out
 }

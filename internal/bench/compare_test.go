@@ -122,3 +122,18 @@ func TestQueueShortfalls(t *testing.T) {
 		t.Fatalf("warnings %q", w)
 	}
 }
+
+// TestSlowerWarnings: a lane whose p99 range lies above vanilla's is named;
+// one whose range overlaps vanilla's is not.
+func TestSlowerWarnings(t *testing.T) {
+	rep := &CompareReport{Cases: []CompareCase{
+		synthCase(ModeVanilla, 150e3, 45, 150, 800, 150e3, 4, 0),
+		synthCase(ModeVanilla, 300e3, 50, 400, 900, 200e3, 5, 0),
+		synthCase(ModeLanes, 150e3, 45, 160, 800, 150e3, 4, 0), // 144-176 overlaps 135-165
+		synthCase(ModeLanes, 300e3, 50, 600, 900, 200e3, 5, 0), // 540-660 above 360-440
+	}}
+	w := slowerWarnings(rep)
+	if len(w) != 1 || !strings.Contains(w[0], "lanes-sync made the high-priority flow slower than vanilla at 300k") {
+		t.Fatalf("warnings %q", w)
+	}
+}
