@@ -76,17 +76,18 @@ matching VXLAN packets and hands them straight to the container's veth
 On the testbed (rxlane testbed up), for ctrB's UDP port 7000:
 
   rxlane lanes add --netns rxl-hostB --dst 198.19.0.2 --proto udp --port 7000
-  rxlane lanes enable --netns rxl-hostB --force --trust-outer-csum
+  rxlane lanes enable --netns rxl-hostB --force
   rxlane lanes stats --netns rxl-hostB
   rxlane lanes disable --netns rxl-hostB
 
 Rules are kept per namespace: give add the --netns you give enable. enable
 prints how many rules the lane holds and every condition of the node that
-would send their traffic to the normal path. On the testbed two apply:
+would send their traffic to the normal path. On the testbed one applies:
 bridge netfilter is on on most machines (--force serves the container
-anyway, skipping iptables on bridged traffic), and the wire is a veth,
-which does not verify the outer UDP checksums the tunnel sets
-(--trust-outer-csum takes them unverified). On a Flannel or Calico node
+anyway, skipping iptables on bridged traffic). On a node whose underlay
+cannot verify the tunnel's outer UDP checksums (a veth whose other end
+offloads them), enable says so and --trust-outer-csum takes them
+unverified. On a Flannel or Calico node
 the pods are routed (--force: the lane skips netfilter FORWARD); on a
 Docker overlay network give --netns /var/run/docker/netns/1-<id>.
 

@@ -146,7 +146,15 @@ func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, fo
 		if !ok {
 			continue
 		}
-		if why := f.csumUnverified(tn.Underlay); tn.OuterCsum && !trust && why != "" && !warned["csum "+tn.Underlay] {
+		if mode == ModeQueue && tn.OuterCsum && !trust && !warned["xdpcsum"] {
+			warned["xdpcsum"] = true
+			warn("%s sends outer UDP checksums and XDP cannot see whether the device verified them: in queue mode every packet goes to the normal path (outer_csum) unless --trust-outer-csum", tn.Name)
+		}
+		if mode == ModeQueue && f.veth && !warned["xdpveth "+tn.Underlay] {
+			warned["xdpveth "+tn.Underlay] = true
+			warn("%s is a veth: XDP there copies every packet before the program runs (veth_convert_skb_to_xdp_buff), which a NIC does not; measured on the testbed: 1.15-1.17x receive CPU per flood packet and a worse p99 than vanilla (docs/lanes.md); the sync lane does not pay this", tn.Underlay)
+		}
+		if why := f.csumUnverified(tn.Underlay); mode != ModeQueue && tn.OuterCsum && !trust && why != "" && !warned["csum "+tn.Underlay] {
 			warned["csum "+tn.Underlay] = true
 			warn("%s sends outer UDP checksums and %s: if its peers send them too, every packet goes to the normal path (outer_csum); --trust-outer-csum takes them unverified", tn.Name, why)
 		}

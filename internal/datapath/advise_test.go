@@ -52,7 +52,9 @@ func TestAdvice(t *testing.T) {
 		{"rps", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, false, ModeSync, []string{"RPS is on for ens9 (rx-0: 2)"}},
 		{"docker sandbox", Topology{Tunnels: []Tunnel{{Name: "vxlan0", VNI: 4242, Bridge: "br0"}}, Endpoints: bridged.Endpoints},
 			rule("198.19.0.2"), nil, false, false, ModeSync, []string{"vxlan0 has no underlay in this namespace"}},
-		{"rps, queue mode", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, false, ModeQueue, nil},
+		{"rps, queue mode", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, true, ModeQueue, nil},
+		{"queue mode, checksums", routed, rule("10.7.0.0/24"), nic, true, false, ModeQueue, []string{"XDP cannot see whether the device verified them"}},
+		{"queue mode on a veth", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {veth: true, gro: true}}, true, true, ModeQueue, []string{"ens9 is a veth: XDP there copies every packet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := advise(tc.topo, tc.rules, tc.under, tc.force, tc.trust, tc.mode)

@@ -221,8 +221,9 @@ func hostOverlay(c Config, hs handles, host, ctr Node, nsfd func(Node) (netlink.
 
 // wireOffloads gives the wire a NAPI instance like a NIC: veth polls its
 // own ring only with GRO on at the receiving end, and VXLAN frames reach
-// that ring only with TSO off at the sending end. Both ends get both, since
-// replies cross the wire the other way.
+// that ring only with TSO off at the sending end; with tx checksum offload
+// off the sender computes the outer checksums, which that GRO verifies.
+// Both ends get all three, since replies cross the wire the other way.
 func wireOffloads(c Config) error {
 	for _, x := range []struct {
 		n   Node
@@ -232,7 +233,14 @@ func wireOffloads(c Config) error {
 			if err := setOffload(x.dev, OffloadGRO, true); err != nil {
 				return err
 			}
-			return setOffload(x.dev, OffloadTSO, false)
+			if err := setOffload(x.dev, OffloadTSO, false); err != nil {
+				return err
+			}
+			// As a NIC sender, put real checksums on the wire: the
+			// receiving end's GRO then verifies them as a NIC's
+			// receive offload does (with offload on they arrive never
+			// computed, which the lane cannot tell from unverified).
+			return setOffload(x.dev, OffloadTXCsum, false)
 		})
 		if err != nil {
 			return err
