@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/rxlane
 OUT     ?= out
 
-.PHONY: all setup build generate check-generate vet test demo bench clean kernel-test
+.PHONY: all setup build generate check-generate vet test demo demo-nodes bench clean kernel-test
 
 all: build
 
@@ -41,6 +41,17 @@ demo: setup build
 	cat $(OUT)/latency.txt
 	flock /tmp/rxlane-cpu.lock $(BIN) bench compare --prefix demo --baseline-arrangement --json-out $(OUT)/compare.json --plot $(OUT)/compare-cdf.svg --plot $(OUT)/compare-cdf.png > $(OUT)/compare.txt
 	cat $(OUT)/compare.txt
+
+# The same comparison on Flannel-, Calico- and Docker-shaped nodes (each
+# built fresh, wire arranged as layout nic; lanes-queue is not offered on
+# Docker), tables in out/compare-NODE.txt.
+demo-nodes: setup build
+	mkdir -p $(OUT)
+	for n in flannel calico docker; do \
+		flock /tmp/rxlane-cpu.lock $(BIN) bench compare --node $$n --reps 3 --json-out $(OUT)/compare-$$n.json \
+			--plot $(OUT)/compare-$$n.png > $(OUT)/compare-$$n.txt || exit 1; \
+		cat $(OUT)/compare-$$n.txt; \
+	done
 
 bench: build
 	flock /tmp/rxlane-cpu.lock $(GO) test -run '^$$' -bench . -benchtime 2s -cpu 1 ./internal/...

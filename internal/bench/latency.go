@@ -307,6 +307,15 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	if err != nil {
 		return res, err
 	}
+	return finishCase(pr, before, after, sink, inj, tb.RxCPU)
+}
+
+// finishCase stops a busy case's background agents (nil when idle) and
+// makes the repetition's result from the probe's and the samples taken
+// around it; rxCPU is the receive CPU, whose busy time per delivered
+// background packet is reported.
+func finishCase(pr ProbeResult, before, after sample, sink, inj *agent, rxCPU int) (RepResult, error) {
+	var res RepResult
 	if inj != nil {
 		var ir InjectResult
 		if err := inj.stop(&ir); err != nil {
@@ -323,27 +332,37 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	res.Sent, res.Lost = pr.Sent, pr.Lost
 	res.CPUs = Usage(before.host, after.host)
 	res.Drops = diffDrops(before, after, res.CPUs)
-	if res.BgDeliveredPPS > 0 && tb.RxCPU < len(res.CPUs) {
-		res.RxCPUUsPerBgPkt = res.CPUs[tb.RxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
+	if res.BgDeliveredPPS > 0 && rxCPU < len(res.CPUs) {
+		res.RxCPUUsPerBgPkt = res.CPUs[rxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
 	}
 	return res, nil
 }
 
 // runProber runs the high-priority flow's client to completion.
 func runProber(ctx context.Context, tb testbed.Config, o LatencyOptions, client testbed.Node, addr string) (ProbeResult, error) {
-	var pr ProbeResult
 	if o.Prober == "sockperf" {
 		return runSockperfClient(tb, client, tb.SenderCPUs(), o, addr, echoPort)
 	}
-	probe, err := startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "probe", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort),
-		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched})
+	probe, err := startAgent(tb, client, tb.SenderCPUs(), probeArgs(o, fmt.Sprintf("%s:%d", addr, echoPort)))
 	if err != nil {
-		return pr, err
+		return ProbeResult{}, err
 	}
+	return waitProbe(ctx, probe)
+}
+
+// probeArgs are the prober's arguments for the high-priority flow to dst.
+func probeArgs(o LatencyOptions, dst string) AgentArgs {
+	return AgentArgs{Role: "probe", Proto: o.Proto, Addr: dst, Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched}
+}
+
+// waitProbe waits for a started prober's result; when ctx ends first it
+// interrupts the prober (the PID it started) and returns ctx's error.
+func waitProbe(ctx context.Context, probe *agent) (ProbeResult, error) {
+	var pr ProbeResult
 	perr := make(chan error, 1)
 	go func() { perr <- probe.result(&pr) }()
 	select {
-	case err = <-perr:
+	case err := <-perr:
 		return pr, err
 	case <-ctx.Done():
 		probe.cmd.Process.Signal(os.Interrupt)

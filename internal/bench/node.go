@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -195,21 +194,11 @@ func (e *nodeEnv) runCase(ctx context.Context, o LatencyOptions, load string) (R
 	if err != nil {
 		return res, err
 	}
-	probe, err := startAgentAt(e.n.Remote, senders, AgentArgs{Role: "probe", Proto: o.Proto, Addr: addr(echoPort),
-		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched})
+	probe, err := startAgentAt(e.n.Remote, senders, probeArgs(o, addr(echoPort)))
 	if err != nil {
 		return res, err
 	}
-	var pr ProbeResult
-	perr := make(chan error, 1)
-	go func() { perr <- probe.result(&pr) }()
-	select {
-	case err = <-perr:
-	case <-ctx.Done():
-		probe.cmd.Process.Signal(os.Interrupt)
-		<-perr
-		err = ctx.Err()
-	}
+	pr, err := waitProbe(ctx, probe)
 	if err != nil {
 		return res, err
 	}
@@ -217,26 +206,7 @@ func (e *nodeEnv) runCase(ctx context.Context, o LatencyOptions, load string) (R
 	if err != nil {
 		return res, err
 	}
-	if inj != nil {
-		var ir InjectResult
-		if err := inj.stop(&ir); err != nil {
-			return res, err
-		}
-		var sr SinkResult
-		if err := sink.stop(&sr); err != nil {
-			return res, err
-		}
-		res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
-	}
-	res.rtt = pr.RTTns
-	res.Latency = Summarize(pr.RTTns)
-	res.Sent, res.Lost = pr.Sent, pr.Lost
-	res.CPUs = Usage(before.host, after.host)
-	res.Drops = diffDrops(before, after, res.CPUs)
-	if res.BgDeliveredPPS > 0 && e.cpus.RxCPU < len(res.CPUs) {
-		res.RxCPUUsPerBgPkt = res.CPUs[e.cpus.RxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
-	}
-	return res, nil
+	return finishCase(pr, before, after, sink, inj, e.cpus.RxCPU)
 }
 
 // sample reads the host's CPU counters, the pod's UDP counters and the

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rxlane/rxlane/internal/bench"
+	"github.com/rxlane/rxlane/internal/datapath"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 	"golang.org/x/sys/unix"
@@ -501,6 +502,12 @@ func TestFirstStageCpumapOnTestbed(t *testing.T) {
 	c := testbedtest.Config(t)
 	c.Layout = testbed.LayoutShared
 	tb := testbedtest.Up(t, c)
+	// The testbed's wire computes its checksums (no tx offload); give
+	// hostA's end the offload a veth has by default, which is what
+	// --sender-tx-off must turn off and restore.
+	if _, err := datapath.SetOffload(testbed.NetnsPath(tb, testbed.HostA), testbed.WireA, datapath.OffloadTxCsum, true); err != nil {
+		t.Fatal(err)
+	}
 	rx := listen(t, tb, testbed.CtrB, "198.19.0.2:7200")
 	back := listen(t, tb, testbed.CtrA, "198.19.0.1:7202")
 	sendSeq(t, rx, back, "198.19.0.1:7202", 1, 0)
