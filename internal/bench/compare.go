@@ -642,5 +642,9 @@ func (r *CompareReport) WritePlot(file string) error {
 		}
 		panels = append(panels, p)
 	}
-	return plotCCDFPanels(file, "High-priority round trip: vanilla vs priority lanes ("+r.Testbed.Layout.String()+" layout, app "+r.Options.AppSched+")", r.Modes, panels)
+	where := ""
+	if r.Node != "" && r.Node != NodeTestbed {
+		where = r.Node + "-shaped node, "
+	}
+	return plotCCDFPanels(file, "High-priority round trip: vanilla vs priority lanes ("+where+r.Testbed.Layout.String()+" layout, app "+r.Options.AppSched+")", r.Modes, panels)
 }
