@@ -59,11 +59,12 @@ func (f underlayFacts) csumUnverified(dev string) string {
 }
 
 // readUnderlays reads the facts of the tunnels' underlays in a namespace
-// (sysfs of that namespace for RPS). Unreadable facts are left out: advice
-// is best effort and never fails an enable.
-func readUnderlays(nsPath string, topo Topology) map[string]underlayFacts {
+// (sysfs of that namespace for RPS). Advice never fails an enable: a
+// namespace it cannot enter gives no facts and the error, which advise
+// turns into a warning (an unread fact must not look like a clean node).
+func readUnderlays(nsPath string, topo Topology) (map[string]underlayFacts, error) {
 	out := map[string]underlayFacts{}
-	netnsrun.Do(nsPath, true, func() error {
+	err := netnsrun.Do(nsPath, true, func() error {
 		for _, tn := range topo.Tunnels {
 			if tn.Underlay == "" {
 				continue
@@ -102,14 +103,17 @@ func readUnderlays(nsPath string, topo Topology) map[string]underlayFacts {
 		}
 		return nil
 	})
-	return out
+	return out, err
 }
 
 // advise finds the conditions. force and trust are the lane's --force
 // and --trust-outer-csum, mode its mode.
-func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, force, trust bool, mode string) Advice {
+func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, underErr error, force, trust bool, mode string) Advice {
 	a := Advice{Rules: len(rules.Rules), Warnings: []string{}}
 	warn := func(format string, args ...any) { a.Warnings = append(a.Warnings, fmt.Sprintf(format, args...)) }
+	if underErr != nil {
+		warn("could not read the underlays' checksum, GRO and RPS settings (%v): conditions that depend on them are not checked", underErr)
+	}
 	if len(rules.Rules) == 0 {
 		warn("the lane holds no rule: every packet takes the normal path (rules are kept per namespace: add them with the same --netns as enable)")
 	}

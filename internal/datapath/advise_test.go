@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestAdvice(t *testing.T) {
 		{"queue mode on a veth", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {veth: true, gro: true}}, true, true, ModeQueue, []string{"ens9 is a veth: XDP there copies every packet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := advise(tc.topo, tc.rules, tc.under, tc.force, tc.trust, tc.mode)
+			a := advise(tc.topo, tc.rules, tc.under, nil, tc.force, tc.trust, tc.mode)
 			if a.Rules != len(tc.rules.Rules) {
 				t.Errorf("rules: %d, want %d", a.Rules, len(tc.rules.Rules))
 			}
@@ -70,5 +71,19 @@ func TestAdvice(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAdviceUnreadUnderlay: facts that could not be read are a warning,
+// not a clean bill.
+func TestAdviceUnreadUnderlay(t *testing.T) {
+	var rules policy.Set
+	r, _ := policy.Parse(policy.Spec{Dst: "10.7.0.0/24"})
+	rules.Add(r)
+	topo := Topology{Tunnels: []Tunnel{{Name: "flannel.1", VNI: 1, Underlay: "ens9", OuterCsum: true, Routed: true}},
+		Endpoints: []Endpoint{{VNI: 1, IP: netip.MustParseAddr("10.7.0.2")}}}
+	a := advise(topo, &rules, nil, errors.New("mount sysfs: busy"), true, false, ModeSync)
+	if len(a.Warnings) != 1 || !strings.Contains(a.Warnings[0], "could not read the underlays") || !strings.Contains(a.Warnings[0], "mount sysfs: busy") {
+		t.Fatalf("warnings %q", a.Warnings)
 	}
 }

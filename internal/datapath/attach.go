@@ -262,7 +262,8 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		if prev != nil {
 			trust = prev.TrustOuterCsum // a re-enable keeps the loaded program
 		}
-		adv := advise(topo, rules, readUnderlays(o.Netns, topo), o.Force, trust, mode)
+		under, uerr := readUnderlays(o.Netns, topo)
+		adv := advise(topo, rules, under, uerr, o.Force, trust, mode)
 		topo.Advice = &adv
 	}
 	return topo, err
@@ -432,7 +433,8 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 		if err := writeTopology(m, topo, policy.Compile(rules), force); err != nil {
 			return err
 		}
-		adv := advise(topo, rules, readUnderlays(cmp.Or(o.Netns, st.Netns), topo), force, st.TrustOuterCsum, cmp.Or(st.Mode, ModeSync))
+		under, uerr := readUnderlays(cmp.Or(o.Netns, st.Netns), topo)
+		adv := advise(topo, rules, under, uerr, force, st.TrustOuterCsum, cmp.Or(st.Mode, ModeSync))
 		topo.Advice = &adv
 		return nil
 	})
