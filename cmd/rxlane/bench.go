@@ -29,8 +29,8 @@ func newBenchCmd() *cobra.Command {
 func testbedFlags(cmd *cobra.Command, c *testbed.Config, layout *string) {
 	f := cmd.Flags()
 	f.StringVar(&c.Prefix, "prefix", c.Prefix, "testbed to use; built (and removed afterwards) if it is not up")
-	f.StringVar(layout, "layout", string(c.Layout), "receive-core layout when the testbed is built here: nic, nicmq, rxcore or shared (see 'rxlane testbed --help')")
-	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "receive CPU when the testbed is built here (layouts nic, nicmq, rxcore)")
+	f.StringVar(layout, "layout", string(c.Layout), "receive-core layout when the testbed is built here: nic, nicmq, nicmq2, rxcore or shared (see 'rxlane testbed --help')")
+	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "receive CPU when the testbed is built here (layouts nic, nicmq, nicmq2, rxcore)")
 	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "sender/application CPU when the testbed is built here (layouts nic, rxcore)")
 }
 

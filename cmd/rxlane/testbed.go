@@ -44,6 +44,10 @@ Receive-core layouts (--layout):
           sends VXLAN frames to inner UDP port 7000 into queue 1, the rest
           into queue 0; each of wireB's queues has its own NAPI kthread on
           --rx-cpu, queue 1's at a higher SCHED_FIFO priority.
+  nicmq2  nicmq with queue 1's kthread on --app-cpu: the high-priority
+          class gets a receive core of its own (a NIC's second queue
+          with its interrupt on another core), so its poll never waits
+          for the flood's.
   rxcore  RPS on hostB's wire moves hostB's receive stages after the
           wire's own poll to --rx-cpu (the wire's poll stays on the
           sender's CPU, and every packet passes the RPS backlog);
@@ -81,7 +85,7 @@ func newTestbedUpCmd(prefix *string) *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&c.VNI, "vni", c.VNI, "VXLAN network identifier")
 	f.IntVar(&c.Port, "port", c.Port, "VXLAN UDP destination port")
-	f.StringVar(&layout, "layout", string(c.Layout), "receive-core layout: nic, nicmq, rxcore or shared (see 'rxlane testbed --help')")
+	f.StringVar(&layout, "layout", string(c.Layout), "receive-core layout: nic, nicmq, nicmq2, rxcore or shared (see 'rxlane testbed --help')")
 	f.IntVar(&c.RxCPU, "rx-cpu", c.RxCPU, "CPU that runs hostB's receive stages (layouts nic, rxcore)")
 	f.IntVar(&c.AppCPU, "app-cpu", c.AppCPU, "CPU for senders and applications (layouts nic, rxcore)")
 	return cmd

@@ -387,7 +387,7 @@ func startBackground(tb testbed.Config, o LatencyOptions, path string) (sink, ge
 		if sink, err = startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)}); err != nil {
 			return nil, nil, err
 		}
-		gen, err = startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout == testbed.LayoutNICMQ, Dev: testbed.WireA, Path: path,
+		gen, err = startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout.ClassRings(), Dev: testbed.WireA, Path: path,
 			VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: dur, Sched: o.BgSched})
 	}
 	if err != nil {

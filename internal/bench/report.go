@@ -70,6 +70,10 @@ func layoutLine(c testbed.Config) string {
 	switch c.Layout {
 	case testbed.LayoutNIC:
 		s += fmt.Sprintf(" (hostB's wire polled by its NAPI kthread on CPU %d, every receive stage on CPU %d; senders and apps on CPU %d)", c.RxCPU, c.RxCPU, c.AppCPU)
+	case testbed.LayoutNICMQ:
+		s += fmt.Sprintf(" (one ring per class, each polled by its own NAPI kthread on CPU %d; senders and apps on CPU %d)", c.RxCPU, c.AppCPU)
+	case testbed.LayoutNICMQ2:
+		s += fmt.Sprintf(" (one ring per class: the flood's polled on CPU %d, the high-priority class's on CPU %d; senders and apps on CPU %d)", c.RxCPU, c.AppCPU, c.AppCPU)
 	case testbed.LayoutRxCore:
 		s += fmt.Sprintf(" (wire's poll on the sender's CPU, RPS to CPU %d for the later stages; senders and apps on CPU %d)", c.RxCPU, c.AppCPU)
 	}

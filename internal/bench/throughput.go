@@ -179,7 +179,7 @@ func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, 
 	if err != nil {
 		return res, nil, err
 	}
-	inj, err := startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout == testbed.LayoutNICMQ, Dev: testbed.WireA, Path: o.Path,
+	inj, err := startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout.ClassRings(), Dev: testbed.WireA, Path: o.Path,
 		VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.Size, Rate: rate, Flows: 1, Duration: o.Duration})
 	if err != nil {
 		return res, nil, err

@@ -96,7 +96,7 @@ func build(ctx context.Context, c Config) error {
 				PeerHardwareAddr: MACWireB,
 				PeerNamespace:    fd,
 			}
-			if c.Layout == LayoutNICMQ {
+			if c.Layout.ClassRings() {
 				v.NumTxQueues, v.NumRxQueues, v.PeerNumTxQueues, v.PeerNumRxQueues = wireQueues, wireQueues, wireQueues, wireQueues
 			}
 			if err := hs[HostA].LinkAdd(v); err != nil {
@@ -264,7 +264,7 @@ func applyLayout(c Config) error {
 	case LayoutNIC:
 		_, err := threadedNAPI(c, HostB, WireB, c.RxCPU)
 		return err
-	case LayoutNICMQ:
+	case LayoutNICMQ, LayoutNICMQ2:
 		if _, err := threadedNAPI(c, HostB, WireB, c.RxCPU); err != nil {
 			return err
 		}

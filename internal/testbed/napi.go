@@ -55,7 +55,7 @@ const ClassRTPrio = NAPIRTPrio + 1
 // wantRTPrio is the priority the layout gives a NAPI kthread of hostB's
 // wire.
 func wantRTPrio(l Layout, t NAPIThread) int {
-	if l == LayoutNICMQ && t.RxQueue == 1 {
+	if l.ClassRings() && t.RxQueue == 1 {
 		return ClassRTPrio
 	}
 	return NAPIRTPrio
@@ -275,7 +275,12 @@ func threadedNAPI(c Config, n Node, dev string, cpu int) ([]NAPIThread, error) {
 			return fmt.Errorf("write %s: %w", p, err)
 		}
 		var err error
-		if ts, err = pinNAPI(dev, cpu, c.Layout); err != nil {
+		if ts, err = pinNAPI(dev, func(t NAPIThread) int {
+			if n == HostB {
+				return c.napiCPU(t)
+			}
+			return cpu
+		}, c.Layout); err != nil {
 			return err
 		}
 		if len(ts) == 0 {
@@ -286,18 +291,19 @@ func threadedNAPI(c Config, n Node, dev string, cpu int) ([]NAPIThread, error) {
 	return ts, err
 }
 
-// pinNAPI pins the NAPI kthreads of dev (calling thread's namespace) to
-// cpu and runs them at SCHED_FIFO (NAPIRTPrio; ClassRTPrio for the nicmq
-// layout's high-priority ring); an instance without a kthread is an
-// error.
-func pinNAPI(dev string, cpu int, l Layout) ([]NAPIThread, error) {
+// pinNAPI pins each NAPI kthread of dev (calling thread's namespace) to
+// cpuOf(its instance) and runs it at SCHED_FIFO (NAPIRTPrio; ClassRTPrio
+// for the class-ring layouts' high-priority ring); an instance without a
+// kthread is an error.
+func pinNAPI(dev string, cpuOf func(NAPIThread) int, l Layout) ([]NAPIThread, error) {
 	ts, err := napiThreads(dev)
 	if err != nil {
 		return nil, err
 	}
-	var set unix.CPUSet
-	set.Set(cpu)
 	for i, t := range ts {
+		cpu := cpuOf(t)
+		var set unix.CPUSet
+		set.Set(cpu)
 		if t.PID == 0 {
 			return nil, fmt.Errorf("NAPI %d of %s has no kthread (threaded mode off)", t.ID, dev)
 		}
@@ -330,14 +336,14 @@ func PinWireNAPI(c Config) (drifted bool, err error) {
 			return err
 		}
 		for _, t := range before {
-			if len(t.CPUs) != 1 || t.CPUs[0] != c.RxCPU || t.Policy != "fifo" || t.RTPrio != wantRTPrio(c.Layout, t) {
+			if len(t.CPUs) != 1 || t.CPUs[0] != c.napiCPU(t) || t.Policy != "fifo" || t.RTPrio != wantRTPrio(c.Layout, t) {
 				drifted = true
 			}
 		}
 		if !drifted {
 			return nil
 		}
-		_, err = pinNAPI(WireB, c.RxCPU, c.Layout)
+		_, err = pinNAPI(WireB, c.napiCPU, c.Layout)
 		return err
 	})
 	return drifted, err

@@ -219,12 +219,21 @@ func sendUDP(t *testing.T, c testbed.Config, from testbed.Node, dst string, n in
 // pinned kthread, queue 1's at a higher priority; overlay datagrams to the
 // class port are polled by queue 1's kthread only, others by queue 0's.
 func TestNICMQLayout(t *testing.T) {
+	for _, l := range []testbed.Layout{testbed.LayoutNICMQ, testbed.LayoutNICMQ2} {
+		t.Run(string(l), func(t *testing.T) { testClassRings(t, l) })
+	}
+}
+
+// testClassRings checks a class-ring layout: two NAPI kthreads, the
+// class ring's at the higher priority and, in nicmq2, on the application
+// CPU; each class's datagrams run its own ring's kthread.
+func testClassRings(t *testing.T, l testbed.Layout) {
 	c := testbedtest.Config(t)
-	c.Layout = testbed.LayoutNICMQ
+	c.Layout = l
 	c = testbedtest.Up(t, c)
 	st, err := testbed.GetStatus(c)
 	if err != nil || !st.Healthy() {
-		t.Fatalf("nicmq testbed unhealthy: %v %v", err, st.Problems)
+		t.Fatalf("%s testbed unhealthy: %v %v", l, err, st.Problems)
 	}
 	w := wireB(t, c)
 	if len(w.NAPI) != 2 {
@@ -233,8 +242,12 @@ func TestNICMQLayout(t *testing.T) {
 	byQueue := map[int]testbed.NAPIThread{}
 	for _, k := range w.NAPI {
 		byQueue[k.RxQueue] = k
-		if !slices.Equal(k.CPUs, []int{c.RxCPU}) {
-			t.Errorf("%s may run on %v, want [%d]", k.Comm, k.CPUs, c.RxCPU)
+		want := c.RxCPU
+		if l == testbed.LayoutNICMQ2 && k.RxQueue == 1 {
+			want = c.AppCPU
+		}
+		if !slices.Equal(k.CPUs, []int{want}) {
+			t.Errorf("%s (rx queue %d) may run on %v, want [%d]", k.Comm, k.RxQueue, k.CPUs, want)
 		}
 	}
 	if byQueue[0].RTPrio != testbed.NAPIRTPrio || byQueue[1].RTPrio != testbed.ClassRTPrio {

@@ -42,7 +42,7 @@ func NICWire(ns, dev, peerNS, peerDev string, cpu int) error {
 		if err := os.WriteFile(p, []byte("1\n"), 0); err != nil {
 			return fmt.Errorf("write %s: %w", p, err)
 		}
-		ts, err := pinNAPI(dev, cpu, LayoutNIC)
+		ts, err := pinNAPI(dev, func(NAPIThread) int { return cpu }, LayoutNIC)
 		if err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func PinNICWire(ns, dev string, cpu int) (drifted bool, err error) {
 			}
 		}
 		if drifted {
-			_, err = pinNAPI(dev, cpu, LayoutNIC)
+			_, err = pinNAPI(dev, func(NAPIThread) int { return cpu }, LayoutNIC)
 		}
 		return err
 	})

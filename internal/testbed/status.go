@@ -103,7 +103,7 @@ func layoutProblems(c Config, w LinkStatus) []string {
 	var out []string
 	rps := strings.TrimLeft(strings.ReplaceAll(w.RPSCPUs, ",", ""), "0")
 	switch c.Layout {
-	case LayoutNIC, LayoutNICMQ:
+	case LayoutNIC, LayoutNICMQ, LayoutNICMQ2:
 		l := c.Layout
 		if !w.Threaded {
 			out = append(out, fmt.Sprintf("hostB: %s not in threaded NAPI mode (layout %s)", WireB, l))
@@ -111,12 +111,12 @@ func layoutProblems(c Config, w LinkStatus) []string {
 		if rps != "" {
 			out = append(out, fmt.Sprintf("hostB: %s has RPS (%s) (layout %s: none)", WireB, w.RPSCPUs, l))
 		}
-		if l == LayoutNICMQ && len(w.NAPI) != wireQueues {
+		if l.ClassRings() && len(w.NAPI) != wireQueues {
 			out = append(out, fmt.Sprintf("hostB: %s has %d NAPI instances, want %d (layout %s)", WireB, len(w.NAPI), wireQueues, l))
 		}
 		for _, t := range w.NAPI {
-			if len(t.CPUs) != 1 || t.CPUs[0] != c.RxCPU {
-				out = append(out, fmt.Sprintf("hostB: %s (pid %d) may run on CPUs %v, want only %d (layout %s)", t.Comm, t.PID, t.CPUs, c.RxCPU, l))
+			if want := c.napiCPU(t); len(t.CPUs) != 1 || t.CPUs[0] != want {
+				out = append(out, fmt.Sprintf("hostB: %s (pid %d) may run on CPUs %v, want only %d (layout %s)", t.Comm, t.PID, t.CPUs, want, l))
 			}
 			if want := wantRTPrio(l, t); t.Policy != "fifo" || t.RTPrio != want {
 				out = append(out, fmt.Sprintf("hostB: %s (pid %d) runs at %s %d, want fifo %d (layout %s)", t.Comm, t.PID, t.Policy, t.RTPrio, want, l))

@@ -102,16 +102,36 @@ const (
 	// has its own NAPI kthread on RxCPU, queue 1's at a higher SCHED_FIFO
 	// priority than queue 0's.
 	LayoutNICMQ Layout = "nicmq"
+	// LayoutNICMQ2 is LayoutNICMQ with the high-priority ring's kthread
+	// on AppCPU instead of RxCPU: the class gets a receive core of its
+	// own, as a NIC's second queue whose interrupt is steered to another
+	// core (the application's, here: the VM has two). Its poll then never
+	// waits behind the flood's, whose bottom-half section cannot be
+	// preempted on RxCPU (docs/lanes.md). The kthread runs at SCHED_FIFO
+	// and preempts the sender stand-ins that share AppCPU.
+	LayoutNICMQ2 Layout = "nicmq2"
 )
 
 func (l Layout) String() string { return string(l) }
 
 // Layouts lists the receive-core layouts, the default first.
-var Layouts = []Layout{LayoutNIC, LayoutNICMQ, LayoutRxCore, LayoutShared}
+var Layouts = []Layout{LayoutNIC, LayoutNICMQ, LayoutNICMQ2, LayoutRxCore, LayoutShared}
 
 // Threaded reports whether the layout polls hostB's wire with pinned
 // NAPI kthreads.
-func (l Layout) Threaded() bool { return l == LayoutNIC || l == LayoutNICMQ }
+func (l Layout) Threaded() bool { return l == LayoutNIC || l.ClassRings() }
+
+// ClassRings reports whether hostB's wire has one receive ring per class.
+func (l Layout) ClassRings() bool { return l == LayoutNICMQ || l == LayoutNICMQ2 }
+
+// napiCPU is the CPU the layout pins a NAPI kthread of hostB's wire to:
+// RxCPU, except the class ring's in nicmq2 (AppCPU).
+func (c Config) napiCPU(t NAPIThread) int {
+	if c.Layout == LayoutNICMQ2 && t.RxQueue == 1 {
+		return c.AppCPU
+	}
+	return c.RxCPU
+}
 
 // Config describes a testbed. The zero value is not valid; use Defaults.
 type Config struct {
@@ -166,7 +186,7 @@ func (c Config) Validate() error {
 	}
 	switch c.Layout {
 	case LayoutShared:
-	case LayoutRxCore, LayoutNIC, LayoutNICMQ:
+	case LayoutRxCore, LayoutNIC, LayoutNICMQ, LayoutNICMQ2:
 		n := runtime.NumCPU()
 		if c.RxCPU < 0 || c.RxCPU >= n {
 			return fmt.Errorf("rx-cpu %d: this machine has CPUs 0..%d", c.RxCPU, n-1)
@@ -178,7 +198,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("app-cpu and rx-cpu are both %d: the %s layout needs two different CPUs", c.RxCPU, c.Layout)
 		}
 	default:
-		return fmt.Errorf("layout %q: want %q, %q, %q or %q", c.Layout, LayoutNIC, LayoutNICMQ, LayoutRxCore, LayoutShared)
+		return fmt.Errorf("layout %q: want %q, %q, %q, %q or %q", c.Layout, LayoutNIC, LayoutNICMQ, LayoutNICMQ2, LayoutRxCore, LayoutShared)
 	}
 	if c.ClassPort < 0 || c.ClassPort > 65535 {
 		return fmt.Errorf("class-port %d: want 1..65535", c.ClassPort)
