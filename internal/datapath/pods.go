@@ -16,9 +16,7 @@ import (
 // waiting for the host to learn it from traffic (a neighbour or FDB
 // entry), lets the lane serve a pod from its first packet.
 type podSide struct {
-	Netns string // namespace file of the other end
-	Name  string
-	MAC   net.HardwareAddr
+	MAC net.HardwareAddr
 	// Addrs are the interface's addresses, link-local IPv6 left out
 	// (a pod is reached on the overlay by its global addresses).
 	Addrs []netip.Addr
@@ -56,20 +54,18 @@ func (p *pods) of(l netlink.Link) (*podSide, error) {
 }
 
 func (p *pods) read(l netlink.Link) (*podSide, error) {
-	a := l.Attrs()
 	if _, ok := l.(*netlink.Veth); !ok {
-		return nil, fmt.Errorf("%s is not a veth", a.Name)
+		return nil, fmt.Errorf("%s is not a veth", l.Attrs().Name)
+	}
+	if p.ids == nil {
+		p.ids = netnsIDs()
 	}
 	s := &podSide{}
-	readPeer := func() error {
-		pl, err := netlink.LinkByIndex(a.ParentIndex)
-		if err != nil {
-			return fmt.Errorf("find peer %d of %s: %w", a.ParentIndex, a.Name, err)
-		}
-		s.Name, s.MAC = pl.Attrs().Name, pl.Attrs().HardwareAddr
+	_, err := vethPeerDo(l, p.ids, func(pl netlink.Link) error {
+		s.MAC = pl.Attrs().HardwareAddr
 		as, err := netlink.AddrList(pl, netlink.FAMILY_ALL)
 		if err != nil {
-			return fmt.Errorf("list addresses of %s's peer: %w", a.Name, err)
+			return fmt.Errorf("list addresses of %s's peer: %w", l.Attrs().Name, err)
 		}
 		for _, x := range as {
 			ip, ok := netip.AddrFromSlice(x.IP)
@@ -83,20 +79,11 @@ func (p *pods) read(l netlink.Link) (*podSide, error) {
 			s.Addrs = append(s.Addrs, ip)
 		}
 		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if a.NetNsID < 0 {
-		// Both ends in this namespace.
-		return s, readPeer()
-	}
-	if p.ids == nil {
-		p.ids = netnsIDs()
-	}
-	ns, ok := p.ids[a.NetNsID]
-	if !ok {
-		return nil, fmt.Errorf("no namespace file for netns id %d (peer of %s) in %v or %s", a.NetNsID, a.Name, netnsDirs, initNetns)
-	}
-	s.Netns = ns
-	return s, inNetns(ns, readPeer)
+	return s, nil
 }
 
 // netnsIDs maps the IDs the calling thread's namespace gives other

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -142,33 +141,35 @@ func PeerNetns(nsid int) (string, error) {
 const initNetns = "/proc/1/ns/net"
 
 // vethPeer finds the other end of a veth: the file of the namespace it
-// lives in (found through the link's IFLA_LINK_NETNSID among netnsDirs)
-// and the link itself. Called inside the namespace of l.
+// lives in ("" for the calling thread's own) and the link itself. Called
+// inside the namespace of l.
 func vethPeer(l netlink.Link) (string, netlink.Link, error) {
-	a := l.Attrs()
-	var peerNs string
-	if a.NetNsID >= 0 {
-		var err error
-		if peerNs, err = PeerNetns(a.NetNsID); err != nil {
-			return "", nil, err
-		}
-	} else {
-		cur, err := netns.Get()
-		if err != nil {
-			return "", nil, err
-		}
-		defer cur.Close()
-		peerNs = fmt.Sprintf("/proc/self/fd/%d", int(cur)) // same namespace
-	}
 	var pl netlink.Link
-	err := inNetns(peerNs, func() (err error) {
-		pl, err = netlink.LinkByIndex(a.ParentIndex)
-		return err
-	})
-	if err != nil {
-		return "", nil, fmt.Errorf("find peer %d of %s: %w", a.ParentIndex, a.Name, err)
+	ns, err := vethPeerDo(l, netnsIDs(), func(p netlink.Link) error { pl = p; return nil })
+	return ns, pl, err
+}
+
+// vethPeerDo finds the other end of the veth l (in the calling thread's
+// namespace): its namespace's file, through the link's IFLA_LINK_NETNSID
+// in ids (netnsIDs), or "" when both ends share the calling thread's
+// namespace; and runs fn in that namespace with the other end's link.
+func vethPeerDo(l netlink.Link, ids map[int]string, fn func(peer netlink.Link) error) (string, error) {
+	a := l.Attrs()
+	var ns string
+	if a.NetNsID >= 0 {
+		var ok bool
+		if ns, ok = ids[a.NetNsID]; !ok {
+			return "", fmt.Errorf("no namespace file for netns id %d (peer of %s) in %v or %s", a.NetNsID, a.Name, netnsDirs, initNetns)
+		}
 	}
-	return peerNs, pl, nil
+	err := inNetns(ns, func() error {
+		pl, err := netlink.LinkByIndex(a.ParentIndex)
+		if err != nil {
+			return fmt.Errorf("find peer %d of %s: %w", a.ParentIndex, a.Name, err)
+		}
+		return fn(pl)
+	})
+	return ns, err
 }
 
 // enablePeerNAPI turns GRO on at the container end of each endpoint's
