@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
-	"github.com/vishvananda/netlink"
 )
 
 // NodeTestbed is `bench compare --node testbed`: the lab's own two-host
@@ -214,37 +212,24 @@ func (e *nodeEnv) runCase(ctx context.Context, o LatencyOptions, load string) (R
 // pod's).
 func (e *nodeEnv) sample() (sample, error) {
 	s := sample{links: map[string]testbed.DropCounters{}}
-	spaces := []string{e.n.Netns, e.pod.Netns}
-	if e.pod.HostNetns != e.n.Netns {
-		spaces = append(spaces, e.pod.HostNetns)
+	if err := testbed.LinkDropsAt(e.n.Netns, "", s.links); err != nil {
+		return s, err
 	}
-	for _, ns := range slices.Compact(spaces) {
-		err := netnsrun.Do(ns, false, func() error {
-			links, err := netlink.LinkList()
-			if err != nil {
-				return err
-			}
-			for _, l := range links {
-				a := l.Attrs()
-				if a.Name == "lo" || a.Statistics == nil {
-					continue
-				}
-				key := a.Name
-				if ns == e.pod.Netns {
-					key = "pod:" + a.Name
-				}
-				s.links[key] = testbed.DropCounters{RxDropped: a.Statistics.RxDropped, TxDropped: a.Statistics.TxDropped, RxPackets: a.Statistics.RxPackets}
-			}
-			if ns == e.pod.Netns {
-				s.udp, err = ReadUDPStats()
-			}
-			return err
-		})
-		if err != nil {
-			return s, fmt.Errorf("sample %s: %w", ns, err)
+	if e.pod.HostNetns != e.n.Netns { // Docker: the sandbox's bridge, vxlan0 and veths
+		if err := testbed.LinkDropsAt(e.pod.HostNetns, "", s.links); err != nil {
+			return s, err
 		}
 	}
-	var err error
+	if err := testbed.LinkDropsAt(e.pod.Netns, "pod:", s.links); err != nil {
+		return s, err
+	}
+	err := netnsrun.Do(e.pod.Netns, false, func() (err error) {
+		s.udp, err = ReadUDPStats()
+		return err
+	})
+	if err != nil {
+		return s, fmt.Errorf("sample %s: %w", e.pod.Netns, err)
+	}
 	s.host, err = SampleHost()
 	return s, err
 }

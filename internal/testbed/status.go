@@ -264,28 +264,37 @@ type DropCounters struct {
 func LinkDrops(c Config) (map[string]DropCounters, error) {
 	out := map[string]DropCounters{}
 	for _, n := range Nodes {
-		fd, err := netns.GetFromName(c.NS(n))
-		if err != nil {
-			return nil, fmt.Errorf("open netns %s: %w", c.NS(n), err)
-		}
-		h, err := netlink.NewHandleAt(fd)
-		if err != nil {
-			fd.Close()
-			return nil, fmt.Errorf("netlink handle in %s: %w", c.NS(n), err)
-		}
-		links, err := h.LinkList()
-		h.Close()
-		fd.Close()
-		if err != nil {
-			return nil, fmt.Errorf("list links in %s: %w", c.NS(n), err)
-		}
-		for _, l := range links {
-			a := l.Attrs()
-			if a.Name == "lo" || a.Statistics == nil {
-				continue
-			}
-			out[a.Name] = DropCounters{RxDropped: a.Statistics.RxDropped, TxDropped: a.Statistics.TxDropped, RxPackets: a.Statistics.RxPackets}
+		if err := LinkDropsAt(NetnsPath(c, n), "", out); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// LinkDropsAt adds the counters of every device but lo of the namespace
+// file nsPath (a testbed node's, or a node rxlane did not build) to out,
+// each under prefix+name.
+func LinkDropsAt(nsPath, prefix string, out map[string]DropCounters) error {
+	fd, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", nsPath, err)
+	}
+	defer fd.Close()
+	h, err := netlink.NewHandleAt(fd)
+	if err != nil {
+		return fmt.Errorf("netlink handle in %s: %w", nsPath, err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links in %s: %w", nsPath, err)
+	}
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Name == "lo" || a.Statistics == nil {
+			continue
+		}
+		out[prefix+a.Name] = DropCounters{RxDropped: a.Statistics.RxDropped, TxDropped: a.Statistics.TxDropped, RxPackets: a.Statistics.RxPackets}
+	}
+	return nil
 }
