@@ -268,27 +268,53 @@ func cpuList(set unix.CPUSet) []int {
 // threadedNAPI puts the wire of node n in threaded NAPI mode and pins every
 // NAPI kthread of it to cpu. It returns the kthreads after pinning.
 func threadedNAPI(c Config, n Node, dev string, cpu int) ([]NAPIThread, error) {
+	cpuOf := func(NAPIThread) int { return cpu }
+	if n == HostB {
+		cpuOf = c.napiCPU
+	}
 	var ts []NAPIThread
-	err := inNS(c.NS(n), true, func() error {
-		p := filepath.Join("/sys/class/net", dev, "threaded")
-		if err := os.WriteFile(p, []byte("1\n"), 0); err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
-		}
-		var err error
-		if ts, err = pinNAPI(dev, func(t NAPIThread) int {
-			if n == HostB {
-				return c.napiCPU(t)
-			}
-			return cpu
-		}, c.Layout); err != nil {
-			return err
-		}
-		if len(ts) == 0 {
-			return fmt.Errorf("%s has no NAPI instance (GRO off?)", dev)
-		}
-		return nil
+	err := inNS(c.NS(n), true, func() (err error) {
+		ts, err = threadedPinned(dev, cpuOf, c.Layout)
+		return err
 	})
 	return ts, err
+}
+
+// threadedPinned puts dev (calling thread's namespace, with its sysfs) in
+// threaded NAPI mode and pins its kthreads as pinNAPI does; a device
+// without a NAPI instance is an error.
+func threadedPinned(dev string, cpuOf func(NAPIThread) int, l Layout) ([]NAPIThread, error) {
+	p := filepath.Join("/sys/class/net", dev, "threaded")
+	if err := os.WriteFile(p, []byte("1\n"), 0); err != nil {
+		return nil, fmt.Errorf("write %s: %w", p, err)
+	}
+	ts, err := pinNAPI(dev, cpuOf, l)
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("%s has no NAPI instance (GRO off?)", dev)
+	}
+	return ts, nil
+}
+
+// repinNAPI re-pins dev's NAPI kthreads (calling thread's namespace) when
+// any runs elsewhere than cpuOf says or not at its SCHED_FIFO priority,
+// and reports whether one had drifted.
+func repinNAPI(dev string, cpuOf func(NAPIThread) int, l Layout) (drifted bool, err error) {
+	ts, err := napiThreads(dev)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range ts {
+		if len(t.CPUs) != 1 || t.CPUs[0] != cpuOf(t) || t.Policy != "fifo" || t.RTPrio != wantRTPrio(l, t) {
+			drifted = true
+		}
+	}
+	if drifted {
+		_, err = pinNAPI(dev, cpuOf, l)
+	}
+	return drifted, err
 }
 
 // pinNAPI pins each NAPI kthread of dev (calling thread's namespace) to
@@ -330,20 +356,8 @@ func PinWireNAPI(c Config) (drifted bool, err error) {
 	if !c.Layout.Threaded() {
 		return false, nil
 	}
-	err = inNS(c.NS(HostB), true, func() error {
-		before, err := napiThreads(WireB)
-		if err != nil {
-			return err
-		}
-		for _, t := range before {
-			if len(t.CPUs) != 1 || t.CPUs[0] != c.napiCPU(t) || t.Policy != "fifo" || t.RTPrio != wantRTPrio(c.Layout, t) {
-				drifted = true
-			}
-		}
-		if !drifted {
-			return nil
-		}
-		_, err = pinNAPI(WireB, c.napiCPU, c.Layout)
+	err = inNS(c.NS(HostB), true, func() (err error) {
+		drifted, err = repinNAPI(WireB, c.napiCPU, c.Layout)
 		return err
 	})
 	return drifted, err

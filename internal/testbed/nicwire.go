@@ -38,18 +38,8 @@ func NICWire(ns, dev, peerNS, peerDev string, cpu int) error {
 				return fmt.Errorf("clear %s: %w", q, err)
 			}
 		}
-		p := filepath.Join("/sys/class/net", dev, "threaded")
-		if err := os.WriteFile(p, []byte("1\n"), 0); err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
-		}
-		ts, err := pinNAPI(dev, func(NAPIThread) int { return cpu }, LayoutNIC)
-		if err != nil {
-			return err
-		}
-		if len(ts) == 0 {
-			return fmt.Errorf("%s has no NAPI instance (GRO off?)", dev)
-		}
-		return nil
+		_, err := threadedPinned(dev, func(NAPIThread) int { return cpu }, LayoutNIC)
+		return err
 	})
 }
 
@@ -57,19 +47,8 @@ func NICWire(ns, dev, peerNS, peerDev string, cpu int) error {
 // enable may re-create the device's NAPI) and reports whether one had
 // drifted.
 func PinNICWire(ns, dev string, cpu int) (drifted bool, err error) {
-	err = netnsrun.Do(ns, true, func() error {
-		ts, err := napiThreads(dev)
-		if err != nil {
-			return err
-		}
-		for _, t := range ts {
-			if len(t.CPUs) != 1 || t.CPUs[0] != cpu || t.Policy != "fifo" || t.RTPrio != NAPIRTPrio {
-				drifted = true
-			}
-		}
-		if drifted {
-			_, err = pinNAPI(dev, func(NAPIThread) int { return cpu }, LayoutNIC)
-		}
+	err = netnsrun.Do(ns, true, func() (err error) {
+		drifted, err = repinNAPI(dev, func(NAPIThread) int { return cpu }, LayoutNIC)
 		return err
 	})
 	return drifted, err
