@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"context"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -165,36 +164,7 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 			}
 			serve(pod)
 
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			reports := make(chan Topology, 64)
-			watchErr := make(chan error, 1)
-			go func() {
-				watchErr <- Watch(ctx, o, WatchOptions{Settle: 50 * time.Millisecond},
-					func() (*policy.Set, error) { return &rules, nil },
-					func(topo Topology, err error) {
-						if err != nil {
-							t.Errorf("sync: %v", err)
-						}
-						reports <- topo
-					})
-			}()
-			waitFor := func(what string, want func(Topology) bool) {
-				t.Helper()
-				deadline := time.After(20 * time.Second)
-				for {
-					select {
-					case topo := <-reports:
-						if want(topo) {
-							return
-						}
-					case err := <-watchErr:
-						t.Fatalf("watch ended waiting for %s: %v", what, err)
-					case <-deadline:
-						t.Fatalf("watcher never synced %s", what)
-					}
-				}
-			}
+			waitFor, stop := startWatch(t, o, &rules, 20*time.Second)
 			hasAll := func(p nodes.Pod) func(Topology) bool {
 				return func(topo Topology) bool {
 					for _, a := range p.Addrs {
@@ -218,10 +188,7 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 			waitFor("the deleted pod's removal", func(topo Topology) bool {
 				return hasAll(pod)(topo) && !slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return slices.Contains(added.Addrs, e.IP) })
 			})
-			cancel()
-			if err := <-watchErr; err != nil {
-				t.Fatal(err)
-			}
+			stop()
 		})
 	}
 }

@@ -33,39 +33,11 @@ func TestWatchFollowsContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	reports := make(chan Topology, 64)
-	watchErr := make(chan error, 1)
-	go func() {
-		watchErr <- Watch(ctx, opts, WatchOptions{Settle: 50 * time.Millisecond},
-			func() (*policy.Set, error) { return &rules, nil },
-			func(topo Topology, err error) {
-				if err != nil {
-					t.Errorf("sync: %v", err)
-				}
-				reports <- topo
-			})
-	}()
 	newMAC := net.HardwareAddr{0x02, 0x72, 0x78, 0, 0, 0x33}
 	has := func(topo Topology) bool {
 		return slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return bytes.Equal(e.MAC, newMAC) })
 	}
-	// waitFor reads sync reports until one satisfies want (the deadline
-	// only bounds the test).
-	waitFor := func(what string, want func(Topology) bool) {
-		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case topo := <-reports:
-				if want(topo) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("watcher never synced %s", what)
-			}
-		}
-	}
+	waitFor, stop := startWatch(t, opts, &rules, 10*time.Second)
 	waitFor("the initial topology", func(topo Topology) bool { return len(topo.Endpoints) > 0 && !has(topo) })
 
 	ctr := newNamedNS(t)
@@ -98,8 +70,50 @@ func TestWatchFollowsContainers(t *testing.T) {
 	}
 	waitFor("the container's removal", func(topo Topology) bool { return len(topo.Endpoints) > 0 && !has(topo) })
 
-	cancel()
-	if err := <-watchErr; err != nil {
-		t.Fatalf("watch: %v", err)
+	stop()
+}
+
+// startWatch runs Watch on an enabled lane with rules, in the
+// background. waitFor reads its sync reports until one satisfies want
+// within a deadline (failing the test when Watch ends first; the
+// deadline only bounds the test); stop ends Watch and requires it to end cleanly.
+func startWatch(t *testing.T, o Options, rules *policy.Set, within time.Duration) (waitFor func(what string, want func(Topology) bool), stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	reports := make(chan Topology, 64)
+	watchErr := make(chan error, 1)
+	go func() {
+		watchErr <- Watch(ctx, o, WatchOptions{Settle: 50 * time.Millisecond},
+			func() (*policy.Set, error) { return rules, nil },
+			func(topo Topology, err error) {
+				if err != nil {
+					t.Errorf("sync: %v", err)
+				}
+				reports <- topo
+			})
+	}()
+	waitFor = func(what string, want func(Topology) bool) {
+		t.Helper()
+		deadline := time.After(within)
+		for {
+			select {
+			case topo := <-reports:
+				if want(topo) {
+					return
+				}
+			case err := <-watchErr:
+				t.Fatalf("watch ended waiting for %s: %v", what, err)
+			case <-deadline:
+				t.Fatalf("watcher never synced %s", what)
+			}
+		}
 	}
+	stop = func() {
+		t.Helper()
+		cancel()
+		if err := <-watchErr; err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+	}
+	return waitFor, stop
 }
