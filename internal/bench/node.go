@@ -83,9 +83,10 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 	if err != nil {
 		return fail(err)
 	}
-	laneNS := n.Netns
+	laneNS, queueRefused := n.Netns, ""
 	if n.Kind == nodes.Docker {
 		laneNS = n.Tunnels[0].Netns // the sandbox: vxlan0 and br0
+		queueRefused = "the queue lane is refused on Docker-shaped nodes: its XDP program would sit on the host's underlay, which cannot redirect into the overlay sandbox's veths (docs/lanes.md, Layouts)"
 	}
 	return compareTarget{
 		dst:         env.dst.String(),
@@ -99,7 +100,7 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 			}
 			return "", err
 		},
-		queueRefused: map[bool]string{true: "the queue lane is refused on Docker-shaped nodes: its XDP program would sit on the host's underlay, which cannot redirect into the overlay sandbox's veths (docs/lanes.md, Layouts)"}[n.Kind == nodes.Docker],
+		queueRefused: queueRefused,
 	}, cleanup, nil
 }
 
