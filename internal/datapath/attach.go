@@ -9,7 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/bpfmaps"
-	"github.com/rxlane/rxlane/internal/jsonstate"
+	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/tcattach"
@@ -74,13 +74,13 @@ func inNetns(path string, fn func() error) error { return netnsrun.Do(path, fals
 
 func loadState(path string) (*State, error) {
 	var s State
-	if found, err := jsonstate.Load(path, "datapath state", &s); !found {
+	if found, err := journal.LoadJSON(path, "datapath state", &s); !found {
 		return nil, err
 	}
 	return &s, nil
 }
 
-func saveState(path string, s *State) error { return jsonstate.Save(path, "datapath state", s) }
+func saveState(path string, s *State) error { return journal.SaveJSON(path, "datapath state", s) }
 
 // openAttached returns the maps of the program attached to the first
 // device that has it.

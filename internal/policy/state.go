@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rxlane/rxlane/internal/journal"
 	"os"
 	"path/filepath"
 
@@ -51,20 +52,12 @@ func Save(path string, s *Set) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
 	rules := s.Rules
 	if rules == nil {
 		rules = []Rule{}
 	}
-	b, _ := json.MarshalIndent(State{Version: StateVersion, Rules: rules}, "", "  ")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write rules: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write rules: %w", err)
+	if err := journal.SaveJSON(path, "rules", State{Version: StateVersion, Rules: rules}); err != nil {
+		return err
 	}
 	return nil
 }

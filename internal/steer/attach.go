@@ -13,7 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/datapath"
-	"github.com/rxlane/rxlane/internal/jsonstate"
+	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/netnsrun"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
@@ -306,13 +306,13 @@ func restoreRPS(cs []RPSChange) error {
 
 func loadState(path string) (*State, error) {
 	var s State
-	if found, err := jsonstate.Load(path, "steer state", &s); !found {
+	if found, err := journal.LoadJSON(path, "steer state", &s); !found {
 		return nil, err
 	}
 	return &s, nil
 }
 
-func saveState(path string, s *State) error { return jsonstate.Save(path, "steer state", s) }
+func saveState(path string, s *State) error { return journal.SaveJSON(path, "steer state", s) }
 
 // attach attaches a steering program to dev's tc ingress in the calling
 // thread's namespace.

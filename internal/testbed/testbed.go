@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rxlane/rxlane/internal/journal"
 	"net"
 	"os"
 	"path/filepath"
@@ -256,15 +257,7 @@ var StateDir = "/run/rxlane/testbed"
 func statePath(prefix string) string { return filepath.Join(StateDir, prefix+".json") }
 
 func saveState(c Config) error {
-	if err := os.MkdirAll(StateDir, 0o755); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	b, _ := json.MarshalIndent(c, "", "  ")
-	tmp := statePath(c.Prefix) + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	return os.Rename(tmp, statePath(c.Prefix))
+	return journal.SaveJSON(statePath(c.Prefix), "testbed state", c)
 }
 
 // ErrNotUp is returned when a testbed with the given prefix does not exist.
