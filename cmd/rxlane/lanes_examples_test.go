@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/rxlane/rxlane/internal/datapath"
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -145,7 +145,7 @@ func runExamples(t *testing.T, examples []string) {
 func sendAndCount(t *testing.T, cfg testbed.Config, n int) {
 	t.Helper()
 	var rx *net.UDPConn
-	err := netnsrun.Do(testbed.NetnsPath(cfg, testbed.CtrB), false, func() (err error) {
+	err := netns.Do(testbed.NetnsPath(cfg, testbed.CtrB), false, func() (err error) {
 		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: testbed.OverlayB, Port: 7000})
 		return err
 	})
@@ -154,7 +154,7 @@ func sendAndCount(t *testing.T, cfg testbed.Config, n int) {
 	}
 	defer rx.Close()
 	var tx *net.UDPConn
-	err = netnsrun.Do(testbed.NetnsPath(cfg, testbed.CtrA), false, func() (err error) {
+	err = netns.Do(testbed.NetnsPath(cfg, testbed.CtrA), false, func() (err error) {
 		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: testbed.OverlayB, Port: 7000})
 		return err
 	})

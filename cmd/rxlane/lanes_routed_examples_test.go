@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/rxlane/rxlane/internal/datapath"
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 )
 
@@ -129,7 +129,7 @@ func TestLanesRoutedExamples(t *testing.T) {
 func sendToPod(t *testing.T, n *nodes.Node, pod nodes.Pod, dst netip.Addr, count int) {
 	t.Helper()
 	var rx, tx *net.UDPConn
-	if err := netnsrun.Do(pod.Netns, false, func() (err error) {
+	if err := netns.Do(pod.Netns, false, func() (err error) {
 		rx, err = net.ListenUDP("udp", &net.UDPAddr{Port: 7000})
 		return err
 	}); err != nil {
@@ -142,7 +142,7 @@ func sendToPod(t *testing.T, n *nodes.Node, pod nodes.Pod, dst netip.Addr, count
 			src = a
 		}
 	}
-	if err := netnsrun.Do(n.Remote, false, func() (err error) {
+	if err := netns.Do(n.Remote, false, func() (err error) {
 		tx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)))
 		return err
 	}); err != nil {

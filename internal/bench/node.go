@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rxlane/rxlane/internal/datapath"
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
@@ -224,7 +224,7 @@ func (e *nodeEnv) sample() (sample, error) {
 	if err := testbed.LinkDropsAt(e.pod.Netns, "pod:", s.links); err != nil {
 		return s, err
 	}
-	err := netnsrun.Do(e.pod.Netns, false, func() (err error) {
+	err := netns.Do(e.pod.Netns, false, func() (err error) {
 		s.udp, err = ReadUDPStats()
 		return err
 	})

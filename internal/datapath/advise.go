@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/vishvananda/netlink"
 )
@@ -64,7 +64,7 @@ func (f underlayFacts) csumUnverified(dev string) string {
 // turns into a warning (an unread fact must not look like a clean node).
 func readUnderlays(nsPath string, topo Topology) (map[string]underlayFacts, error) {
 	out := map[string]underlayFacts{}
-	err := netnsrun.Do(nsPath, true, func() error {
+	err := netns.Do(nsPath, true, func() error {
 		for _, tn := range topo.Tunnels {
 			if tn.Underlay == "" {
 				continue

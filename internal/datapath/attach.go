@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/bpfmaps"
 	"github.com/rxlane/rxlane/internal/journal"
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
@@ -70,7 +70,7 @@ var ErrNotEnabled = errors.New("lanes are not enabled")
 
 // inNetns runs fn on a locked thread inside the namespace file path (the
 // caller's namespace when path is empty).
-func inNetns(path string, fn func() error) error { return netnsrun.Do(path, false, fn) }
+func inNetns(path string, fn func() error) error { return netns.Do(path, false, fn) }
 
 func loadState(path string) (*State, error) {
 	var s State

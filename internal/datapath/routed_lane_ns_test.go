@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/policy"
 )
@@ -18,7 +18,7 @@ import (
 func podListen(t *testing.T, pod nodes.Pod, port int) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
-	err := netnsrun.Do(pod.Netns, false, func() (err error) {
+	err := netns.Do(pod.Netns, false, func() (err error) {
 		c, err = net.ListenUDP("udp", &net.UDPAddr{Port: port})
 		return err
 	})
@@ -34,7 +34,7 @@ func podListen(t *testing.T, pod nodes.Pod, port int) *net.UDPConn {
 func remoteSender(t *testing.T, n *nodes.Node, src netip.Addr) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
-	err := netnsrun.Do(n.Remote, false, func() (err error) {
+	err := netns.Do(n.Remote, false, func() (err error) {
 		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)))
 		return err
 	})

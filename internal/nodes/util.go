@@ -9,15 +9,15 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
 // in runs fn inside the namespace file ns.
 func in(ns string, fn func() error) error {
-	if err := netnsrun.Do(ns, false, fn); err != nil {
+	if err := netns.Do(ns, false, fn); err != nil {
 		return fmt.Errorf("in %s: %w", filepath.Base(ns), err)
 	}
 	return nil
@@ -26,7 +26,7 @@ func in(ns string, fn func() error) error {
 // withNS opens the namespace file p for netlink's Namespace and
 // PeerNamespace attributes.
 func withNS(p string, fn func(netlink.NsFd) error) error {
-	h, err := netns.GetFromPath(p)
+	h, err := vnetns.GetFromPath(p)
 	if err != nil {
 		return fmt.Errorf("open netns %s: %w", p, err)
 	}

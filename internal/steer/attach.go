@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/rxlane/rxlane/internal/datapath"
 	"github.com/rxlane/rxlane/internal/journal"
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -66,7 +66,7 @@ func inNetnsSysfs(ns string, fn func() error) error {
 			return fmt.Errorf("netns %s: %w", ns, errNoNetns)
 		}
 	}
-	return netnsrun.Do(path, true, fn)
+	return netns.Do(path, true, fn)
 }
 
 // ErrNotEnabled is returned when steering is not attached.

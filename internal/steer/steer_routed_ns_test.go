@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -47,7 +47,7 @@ var (
 
 func inNS(t *testing.T, ns string, fn func() error) {
 	t.Helper()
-	if err := netnsrun.Do(filepath.Join("/run/netns", ns), false, fn); err != nil {
+	if err := netns.Do(filepath.Join("/run/netns", ns), false, fn); err != nil {
 		t.Fatal(err)
 	}
 }

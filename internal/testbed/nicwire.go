@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 )
 
 // NICWire arranges a veth wire between a sender and a receiving node
@@ -19,7 +19,7 @@ import (
 // SCHED_FIFO NAPIRTPrio, and no RPS. The namespaces are files; the node
 // is expected to be thrown away after use, so nothing is restored.
 func NICWire(ns, dev, peerNS, peerDev string, cpu int) error {
-	err := netnsrun.Do(peerNS, false, func() error {
+	err := netns.Do(peerNS, false, func() error {
 		if err := setOffload(peerDev, OffloadTXCsum, false); err != nil {
 			return err
 		}
@@ -28,7 +28,7 @@ func NICWire(ns, dev, peerNS, peerDev string, cpu int) error {
 	if err != nil {
 		return fmt.Errorf("sender's end %s: %w", peerDev, err)
 	}
-	return netnsrun.Do(ns, true, func() error {
+	return netns.Do(ns, true, func() error {
 		if err := setOffload(dev, OffloadGRO, true); err != nil {
 			return err
 		}
@@ -47,7 +47,7 @@ func NICWire(ns, dev, peerNS, peerDev string, cpu int) error {
 // enable may re-create the device's NAPI) and reports whether one had
 // drifted.
 func PinNICWire(ns, dev string, cpu int) (drifted bool, err error) {
-	err = netnsrun.Do(ns, true, func() (err error) {
+	err = netns.Do(ns, true, func() (err error) {
 		drifted, err = repinNAPI(dev, func(NAPIThread) int { return cpu }, LayoutNIC)
 		return err
 	})

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 )
 
 // LinkStatus is one device of a node as the kernel reports it.
@@ -131,7 +131,7 @@ func layoutProblems(c Config, w LinkStatus) []string {
 }
 
 func nodeLinks(c Config, n Node) ([]LinkStatus, error) {
-	fd, err := netns.GetFromName(c.NS(n))
+	fd, err := vnetns.GetFromName(c.NS(n))
 	if err != nil {
 		return nil, fmt.Errorf("open netns %s: %w", c.NS(n), err)
 	}
@@ -222,7 +222,7 @@ func NewCommandAt(nsPath string, cpus []int, argv ...string) *Command {
 // Start starts the command inside its node.
 func (c *Command) Start() error {
 	if c.path != "" {
-		if err := netnsrun.Do(c.path, true, func() error { return startPinned(c.cpus, c.Cmd) }); err != nil {
+		if err := netns.Do(c.path, true, func() error { return startPinned(c.cpus, c.Cmd) }); err != nil {
 			return fmt.Errorf("start %s in %s: %w", strings.Join(c.Args, " "), c.path, err)
 		}
 		return nil
@@ -275,7 +275,7 @@ func LinkDrops(c Config) (map[string]DropCounters, error) {
 // file nsPath (a testbed node's, or a node rxlane did not build) to out,
 // each under prefix+name.
 func LinkDropsAt(nsPath, prefix string, out map[string]DropCounters) error {
-	fd, err := netns.GetFromPath(nsPath)
+	fd, err := vnetns.GetFromPath(nsPath)
 	if err != nil {
 		return fmt.Errorf("open netns %s: %w", nsPath, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rxlane/rxlane/internal/netnsrun"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/vishvananda/netlink"
 )
@@ -32,7 +32,7 @@ func NetnsSnapshot(t testing.TB, nsPath string) string {
 	var b strings.Builder
 	n := filepath.Base(nsPath)
 	{
-		err := netnsrun.Do(nsPath, false, func() error {
+		err := netns.Do(nsPath, false, func() error {
 			links, err := netlink.LinkList()
 			if err != nil {
 				return err

@@ -1,14 +1,16 @@
-// Package netnsrun runs a function on an OS thread inside another network
-// namespace, so that code which must not switch its own threads (long-lived
-// programs, tests) can open sockets, netlink handles and sysfs files there.
-package netnsrun
+// Package netns names a network namespace by one identity (the kernel's
+// namespace inode, whatever path spelled it) and runs a function on an OS
+// thread inside another network namespace, so that code which must not
+// switch its own threads (long-lived programs, tests) can open sockets,
+// netlink handles and sysfs files there.
+package netns
 
 import (
 	"errors"
 	"fmt"
 	"runtime"
 
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,7 +29,7 @@ func Do(path string, sysfs bool, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		orig, err := netns.Get()
+		orig, err := vnetns.Get()
 		if err != nil {
 			errc <- fmt.Errorf("get current netns: %w", err)
 			return
@@ -35,13 +37,13 @@ func Do(path string, sysfs bool, fn func() error) error {
 		defer orig.Close()
 		target := orig
 		if path != "" {
-			if target, err = netns.GetFromPath(path); err != nil {
+			if target, err = vnetns.GetFromPath(path); err != nil {
 				errc <- fmt.Errorf("open netns %s: %w", path, err)
 				return
 			}
 			defer target.Close()
 		}
-		if err := netns.Set(target); err != nil {
+		if err := vnetns.Set(target); err != nil {
 			errc <- fmt.Errorf("enter netns %s: %w", path, err)
 			return
 		}
@@ -54,7 +56,7 @@ func Do(path string, sysfs bool, fn func() error) error {
 			return // thread is tainted: let it die locked
 		}
 		ferr := fn()
-		if err := netns.Set(orig); err != nil {
+		if err := vnetns.Set(orig); err != nil {
 			errc <- errors.Join(ferr, fmt.Errorf("leave netns %s: %w", path, err))
 			return
 		}
