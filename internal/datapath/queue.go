@@ -3,8 +3,8 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"github.com/rxlane/rxlane/internal/ethtool"
 	"os"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -32,84 +32,29 @@ func ValidMode(m string) error {
 }
 
 // Offload is an ethtool feature the lane or the benchmark toggles.
-type Offload string
+type Offload = ethtool.Offload
 
 // Offloads.
 const (
-	OffloadGRO    Offload = "gro"
-	OffloadTxCsum Offload = "tx"
-	OffloadRxCsum Offload = "rx"
+	OffloadGRO    = ethtool.GRO
+	OffloadTxCsum = ethtool.TxCsum
+	OffloadRxCsum = ethtool.RxCsum
 )
 
-var offloadCmds = map[Offload][2]uint32{
-	OffloadGRO:    {unix.ETHTOOL_GGRO, unix.ETHTOOL_SGRO},
-	OffloadTxCsum: {unix.ETHTOOL_GTXCSUM, unix.ETHTOOL_STXCSUM},
-	OffloadRxCsum: {unix.ETHTOOL_GRXCSUM, unix.ETHTOOL_SRXCSUM},
-}
+func getOffload(dev string, o Offload) (bool, error) { return ethtool.Get(dev, o) }
 
-type ethtoolValue struct {
-	cmd  uint32
-	data uint32
-}
-
-func ethtoolIoctl(dev string, v *ethtoolValue) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("ethtool socket: %w", err)
-	}
-	defer unix.Close(fd)
-	var ifr [unix.IFNAMSIZ + 24]byte
-	copy(ifr[:unix.IFNAMSIZ-1], dev)
-	*(*uintptr)(unsafe.Pointer(&ifr[unix.IFNAMSIZ])) = uintptr(unsafe.Pointer(v))
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr[0])))
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
-func getOffload(dev string, o Offload) (bool, error) {
-	v := ethtoolValue{cmd: offloadCmds[o][0]}
-	if err := ethtoolIoctl(dev, &v); err != nil {
-		return false, fmt.Errorf("get %s %s: %w", dev, o, err)
-	}
-	return v.data != 0, nil
-}
-
-func setOffload(dev string, o Offload, on bool) error {
-	v := ethtoolValue{cmd: offloadCmds[o][1]}
-	if on {
-		v.data = 1
-	}
-	if err := ethtoolIoctl(dev, &v); err != nil {
-		return fmt.Errorf("set %s %s: %w", dev, o, err)
-	}
-	return nil
-}
+func setOffload(dev string, o Offload, on bool) error { return ethtool.Set(dev, o, on) }
 
 // GetOffload reads an offload of dev in a namespace (file path, "" for
 // the caller's).
-func GetOffload(netnsPath, dev string, o Offload) (on bool, err error) {
-	err = inNetns(netnsPath, func() error {
-		on, err = getOffload(dev, o)
-		return err
-	})
-	return on, err
+func GetOffload(netnsPath, dev string, o Offload) (bool, error) {
+	return ethtool.GetIn(netnsPath, dev, o)
 }
 
 // SetOffload sets an offload of dev in a namespace (file path, "" for the
 // caller's) and returns what it was, so the caller can restore it.
 func SetOffload(netnsPath, dev string, o Offload, on bool) (prev bool, err error) {
-	err = inNetns(netnsPath, func() error {
-		if prev, err = getOffload(dev, o); err != nil {
-			return err
-		}
-		if prev == on {
-			return nil
-		}
-		return setOffload(dev, o, on)
-	})
-	return prev, err
+	return ethtool.SetIn(netnsPath, dev, o, on)
 }
 
 // PeerOffload is a setting the queue lane changed on a container's end of

@@ -2,7 +2,9 @@ package testbedtest
 
 import (
 	"fmt"
+	"github.com/rxlane/rxlane/internal/ethtool"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,8 +17,9 @@ import (
 // Snapshot is what "the testbed as it was" means to a datapath test: for
 // every node, every device's flags (not the operational "running", which
 // follows carrier and bridge port states), MTU, master, attached XDP
-// program, its qdiscs, and its ingress and egress tc
-// filters. Two snapshots compare as strings.
+// program, its qdiscs, its ingress and egress tc filters, the offloads
+// rxlane toggles (GRO, checksums), NAPI threading and every receive
+// queue's rps_cpus. Two snapshots compare as strings.
 func Snapshot(t testing.TB, tb testbed.Config) string {
 	t.Helper()
 	var b strings.Builder
@@ -32,7 +35,7 @@ func NetnsSnapshot(t testing.TB, nsPath string) string {
 	var b strings.Builder
 	n := filepath.Base(nsPath)
 	{
-		err := netns.Do(nsPath, false, func() error {
+		err := netns.Do(nsPath, true, func() error {
 			links, err := netlink.LinkList()
 			if err != nil {
 				return err
@@ -50,6 +53,20 @@ func NetnsSnapshot(t testing.TB, nsPath string) string {
 				}
 				for _, q := range qs {
 					fmt.Fprintf(&b, "%s/%s qdisc %s %x parent %x\n", n, a.Name, q.Type(), q.Attrs().Handle, q.Attrs().Parent)
+				}
+				for _, o := range []ethtool.Offload{ethtool.GRO, ethtool.TxCsum, ethtool.RxCsum} {
+					if on, err := ethtool.Get(a.Name, o); err == nil {
+						fmt.Fprintf(&b, "%s/%s %s=%v\n", n, a.Name, o, on)
+					}
+				}
+				sys := filepath.Join("/sys/class/net", a.Name)
+				if v, err := os.ReadFile(filepath.Join(sys, "threaded")); err == nil {
+					fmt.Fprintf(&b, "%s/%s threaded=%s\n", n, a.Name, strings.TrimSpace(string(v)))
+				}
+				rps, _ := filepath.Glob(filepath.Join(sys, "queues/rx-*/rps_cpus"))
+				for _, q := range rps {
+					v, _ := os.ReadFile(q)
+					fmt.Fprintf(&b, "%s/%s %s=%s\n", n, a.Name, filepath.Base(filepath.Dir(q)), strings.TrimSpace(string(v)))
 				}
 				for _, dir := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 					fs, _ := netlink.FilterList(l, dir)
