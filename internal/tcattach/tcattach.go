@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -107,16 +108,20 @@ func (f Filter) Attach(dev string, prog *ebpf.Program) (createdClsact bool, err 
 		if err != nil {
 			return false, err
 		}
+		// The marker first (write-ahead): a kill between it and the
+		// qdisc leaves a marker Detach ignores once it finds no clsact,
+		// never a clsact nothing records.
 		if err := os.MkdirAll(MarkerDir, 0o755); err != nil {
 			return false, fmt.Errorf("create %s: %w", MarkerDir, err)
 		}
+		if err := journal.WriteFile(m, []byte(l.Attrs().Name), 0o644); err != nil {
+			return false, fmt.Errorf("record clsact on %s: %w", dev, err)
+		}
 		if err := netlink.QdiscAdd(clsact(l)); err != nil {
+			os.Remove(m)
 			return false, fmt.Errorf("add clsact on %s: %w", dev, err)
 		}
 		createdClsact = true
-		if err := os.WriteFile(m, []byte(l.Attrs().Name), 0o644); err != nil {
-			return true, fmt.Errorf("record clsact on %s: %w", dev, err)
-		}
 	}
 	bf := &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
@@ -166,6 +171,20 @@ func (f Filter) Detach(dev string, createdClsact bool) error {
 		os.Remove(m)
 	}
 	return nil
+}
+
+// HasClsact says whether dev has a clsact qdisc (a caller journals
+// whether its Attach will create one before calling it).
+func HasClsact(dev string) (bool, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return false, fmt.Errorf("unknown device %q: %w", dev, err)
+	}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return false, fmt.Errorf("list qdiscs on %s: %w", dev, err)
+	}
+	return slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }), nil
 }
 
 func clsact(l netlink.Link) *netlink.GenericQdisc {
