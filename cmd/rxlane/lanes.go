@@ -25,32 +25,15 @@ type lanesFlags struct {
 	json     bool
 }
 
-// where resolves the namespace and the state files: rules in NAME.json,
-// what enable changed in NAME.datapath.json.
-// lane returns the datapath options (namespace, state file) and the rules
-// the flags name.
-func (f *lanesFlags) lane() (datapath.Options, *policy.Set, error) {
-	nsPath, rulesFile, dpFile, err := f.where()
+// store opens the namespace's lanes store: its rules, its lane record
+// and its lock, named by the namespace's identity (every spelling of
+// --netns finds the same lane).
+func (f *lanesFlags) store() (*datapath.Store, error) {
+	st, err := datapath.OpenStore(f.stateDir, f.netns)
 	if err != nil {
-		return datapath.Options{}, nil, err
+		return nil, usageError{fmt.Errorf("--netns: %w", err)}
 	}
-	set, err := policy.Load(rulesFile)
-	return datapath.Options{Netns: nsPath, StateFile: dpFile}, set, err
-}
-
-func (f *lanesFlags) where() (nsPath, rulesFile, dpFile string, err error) {
-	name := "host"
-	if f.netns != "" {
-		nsPath = f.netns
-		if !strings.Contains(f.netns, "/") {
-			nsPath = filepath.Join("/run/netns", f.netns)
-		}
-		if _, err := os.Stat(nsPath); err != nil {
-			return "", "", "", usagef("--netns %q: %v", f.netns, err)
-		}
-		name = stateName(nsPath)
-	}
-	return nsPath, filepath.Join(f.stateDir, name+".json"), filepath.Join(f.stateDir, name+".datapath.json"), nil
+	return st, nil
 }
 
 // lanesStateDir is the default state directory: /run/rxlane/lanes, or
@@ -76,19 +59,20 @@ matching VXLAN packets and hands them straight to the container's veth
 On the testbed (rxlane testbed up), for ctrB's UDP port 7000:
 
   rxlane lanes add --netns rxl-hostB --dst 198.19.0.2 --proto udp --port 7000
-  rxlane lanes enable --netns rxl-hostB --force
+  rxlane lanes enable --netns rxl-hostB --skip-netfilter
   rxlane lanes stats --netns rxl-hostB
   rxlane lanes disable --netns rxl-hostB
 
 Rules are kept per namespace: give add the --netns you give enable. enable
 prints how many rules the lane holds and every condition of the node that
 would send their traffic to the normal path. On the testbed one applies:
-bridge netfilter is on on most machines (--force serves the container
+bridge netfilter is on on most machines (--skip-netfilter serves the container
 anyway, skipping iptables on bridged traffic). On a node whose underlay
 cannot verify the tunnel's outer UDP checksums (a veth whose other end
 offloads them), enable says so and --trust-outer-csum takes them
 unverified. On a Flannel or Calico node
-the pods are routed (--force: the lane skips netfilter FORWARD); on a
+the pods are routed (--skip-netfilter: the lane skips netfilter FORWARD,
+where Calico enforces NetworkPolicy); on a
 Docker overlay network give --netns /var/run/docker/netns/1-<id>.
 
 Endpoints are read when the lane is enabled; keep 'rxlane lanes watch'
@@ -110,7 +94,7 @@ func newLanesAddCmd(f *lanesFlags) *cobra.Command {
 		Short: "Add a high-priority rule (applied at once if the lane is enabled)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nsPath, rulesFile, dpFile, err := f.where()
+			st, err := f.store()
 			if err != nil {
 				return err
 			}
@@ -118,22 +102,14 @@ func newLanesAddCmd(f *lanesFlags) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			var set *policy.Set
-			err = policy.Update(rulesFile, func(ps *policy.Set) error {
-				r, err = ps.Add(r)
-				set = ps
-				return err
-			})
+			r, err = st.AddRule(r)
 			if errors.Is(err, policy.ErrInvalid) {
 				return usageError{err}
 			}
 			if err != nil {
 				return err
 			}
-			if err := applyIfEnabled(nsPath, dpFile, set, r.ID); err != nil {
-				return err
-			}
-			warning := ruleWarning(nsPath, f.netns, r)
+			warning := ruleWarning(st.NS.Path, f.netns, r)
 			if f.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					policy.Rule
@@ -176,14 +152,6 @@ func ruleWarning(nsPath, netnsFlag string, r policy.Rule) string {
 	return ""
 }
 
-func applyIfEnabled(nsPath, dpFile string, set *policy.Set, newIDs ...int) error {
-	err := datapath.ApplyRules(datapath.Options{Netns: nsPath, StateFile: dpFile}, set, newIDs...)
-	if errors.Is(err, datapath.ErrNotEnabled) {
-		return nil // stored; applied by enable
-	}
-	return err
-}
-
 func newLanesDelCmd(f *lanesFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "del ID",
@@ -199,24 +167,15 @@ func newLanesDelCmd(f *lanesFlags) *cobra.Command {
 			if err != nil {
 				return usagef("rule ID %q: not a number", args[0])
 			}
-			nsPath, rulesFile, dpFile, err := f.where()
+			st, err := f.store()
 			if err != nil {
 				return err
 			}
-			var set *policy.Set
-			var r policy.Rule
-			err = policy.Update(rulesFile, func(ps *policy.Set) error {
-				r, err = ps.Del(id)
-				set = ps
-				return err
-			})
+			r, err := st.DelRule(id)
 			if errors.Is(err, policy.ErrNoRule) {
 				return usageError{err}
 			}
 			if err != nil {
-				return err
-			}
-			if err := applyIfEnabled(nsPath, dpFile, set); err != nil {
 				return err
 			}
 			if !f.json {
@@ -234,11 +193,11 @@ func newLanesListCmd(f *lanesFlags) *cobra.Command {
 		Short: "List the rules",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, rulesFile, _, err := f.where()
+			st, err := f.store()
 			if err != nil {
 				return err
 			}
-			set, err := policy.Load(rulesFile)
+			set, err := st.Rules()
 			if err != nil {
 				return err
 			}
@@ -257,7 +216,7 @@ func newLanesListCmd(f *lanesFlags) *cobra.Command {
 
 func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 	var dev, mode string
-	var force, trust bool
+	var skip, force, trust bool
 	cmd := &cobra.Command{
 		Use:   "enable",
 		Short: "Discover tunnels and endpoints, load the lane and attach it to the underlay",
@@ -266,12 +225,11 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 			if err := datapath.ValidMode(mode); err != nil {
 				return err
 			}
-			o, set, err := f.lane()
+			st, err := f.store()
 			if err != nil {
 				return err
 			}
-			o.Device, o.Force, o.TrustOuterCsum, o.Mode = dev, force, trust, mode
-			topo, err := datapath.Enable(o, set)
+			topo, err := st.Enable(datapath.Options{Device: dev, SkipNetfilter: skip || force, TrustOuterCsum: trust, Mode: mode})
 			if err != nil {
 				return err
 			}
@@ -285,7 +243,9 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dev, "dev", "", "underlay device to attach to (default: the VXLAN devices' underlay)")
-	cmd.Flags().BoolVar(&force, "force", false, "serve endpoints whose normal path filters traffic the lane skips (bridge netfilter, routed FORWARD)")
+	cmd.Flags().BoolVar(&skip, "skip-netfilter", false, "serve endpoints whose normal path filters traffic, skipping that filter: bridge netfilter, the routed FORWARD chain (where Calico enforces NetworkPolicy), tc egress. A security choice: recorded and shown by stats")
+	cmd.Flags().BoolVar(&force, "force", false, "old name of --skip-netfilter")
+	cmd.Flags().MarkDeprecated("force", "use --skip-netfilter (the lane skips netfilter, where network policy may be enforced)")
 	cmd.Flags().BoolVar(&trust, "trust-outer-csum", false, "take packets with an outer UDP checksum the device did not verify")
 	cmd.Flags().StringVar(&mode, "mode", datapath.ModeSync, "lane mode: sync (tc, run to completion) or queue (XDP before GRO/RPS, the container veth's own NAPI ring)")
 	return cmd
@@ -329,10 +289,10 @@ func printTopology(w io.Writer, t datapath.Topology) {
 	fmt.Fprintln(tw, "\nENDPOINT\tVNI\tMAC\tIP\tSERVED")
 	for _, e := range t.Endpoints {
 		served := "yes"
-		if e.Skip != "" && !t.Forced {
-			served = "no: " + e.Skip + " (--force to override)"
+		if e.Skip != "" && !t.SkipNetfilter {
+			served = "no: " + e.Skip + " (--skip-netfilter serves it, skipping that filter)"
 		} else if e.Skip != "" {
-			served = "yes (forced: " + e.Skip + ")"
+			served = "yes (skipping netfilter: " + e.Skip + ")"
 		}
 		ip := "-"
 		if e.IP.IsValid() {
@@ -355,13 +315,51 @@ func newLanesDisableCmd(f *lanesFlags) *cobra.Command {
 		Short: "Detach the lane and undo everything enable changed (rules are kept)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nsPath, _, dpFile, err := f.where()
+			st, err := f.store()
 			if err != nil {
 				return err
 			}
-			return datapath.Disable(datapath.Options{Netns: nsPath, StateFile: dpFile})
+			r, err := st.Disable()
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), r)
+			}
+			printRemoval(cmd.OutOrStdout(), r, st)
+			return nil
 		},
 	}
+}
+
+// printRemoval says what disable found and removed.
+func printRemoval(w io.Writer, r datapath.Removal, st *datapath.Store) {
+	switch {
+	case r.NetnsGone:
+		fmt.Fprintf(w, "the recorded namespace no longer exists (its lane went with it): record removed\n")
+	case r.Recorded && r.Interrupted:
+		fmt.Fprintf(w, "undid an interrupted enable from its record\n")
+	case r.Recorded:
+		fmt.Fprintf(w, "lane disabled\n")
+	}
+	if len(r.Unrecorded) > 0 {
+		var ds []string
+		for _, a := range r.Unrecorded {
+			ds = append(ds, a.Device)
+		}
+		fmt.Fprintf(w, "removed rxlane's lane program from %s, attached without a record in %s (a clsact qdisc rxlane did not mark as its own stays; veth settings of a queue lane cannot be restored without the record)\n", strings.Join(ds, ", "), st.Dir)
+	}
+	if !r.Recorded && len(r.Unrecorded) == 0 {
+		fmt.Fprintf(w, "lanes are not enabled in %s: no record in %s and no rxlane lane program attached\n", st.NS, st.Dir)
+	}
+}
+
+// yesNo is "no", or yes when on.
+func yesNo(on bool, yes string) string {
+	if on {
+		return yes
+	}
+	return "no"
 }
 
 func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
@@ -370,11 +368,11 @@ func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
 		Short: "Re-discover endpoints and peers (containers that came or went) into the enabled lane",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, set, err := f.lane()
+			st, err := f.store()
 			if err != nil {
 				return err
 			}
-			topo, err := datapath.Sync(o, set)
+			topo, err := st.Sync()
 			if err != nil {
 				return err
 			}
@@ -405,7 +403,7 @@ Examples:
   rxlane lanes watch --netns rxl-hostB --every 30s --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nsPath, rulesFile, dpFile, err := f.where()
+			st, err := f.store()
 			if err != nil {
 				return err
 			}
@@ -432,8 +430,7 @@ Examples:
 					fmt.Fprintf(out, "%s synced: %d tunnels, %d endpoints\n", now, len(topo.Tunnels), len(topo.Endpoints))
 				}
 			}
-			err = datapath.Watch(cmd.Context(), datapath.Options{Netns: nsPath, StateFile: dpFile}, wo,
-				func() (*policy.Set, error) { return policy.Load(rulesFile) }, report)
+			err = st.Watch(cmd.Context(), wo, report)
 			if errors.Is(err, datapath.ErrNotEnabled) {
 				return errors.New("lanes are not enabled (or were disabled): nothing to watch")
 			}
@@ -451,11 +448,11 @@ func newLanesStatsCmd(f *lanesFlags) *cobra.Command {
 		Short: "Show per-lane, per-rule and per-reason counters",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, set, err := f.lane()
+			store, err := f.store()
 			if err != nil {
 				return err
 			}
-			st, err := datapath.ReadStats(o, set)
+			st, err := store.Stats()
 			if err != nil {
 				return err
 			}
@@ -469,6 +466,8 @@ func newLanesStatsCmd(f *lanesFlags) *cobra.Command {
 			if len(st.Warnings) > 0 {
 				fmt.Fprintln(w)
 			}
+			fmt.Fprintf(w, "mode: %s   devices: %s   skip netfilter: %s\n\n", st.Mode, strings.Join(st.Devices, ","), yesNo(st.SkipNetfilter,
+				"yes (served endpoints skip bridge netfilter / the FORWARD chain, where network policy may be enforced)"))
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "LANE\tPACKETS\tBYTES\n")
 			fmt.Fprintf(tw, "high\t%d\t%d\nlow\t%d\t%d\n", st.High.Packets, st.High.Bytes, st.Low.Packets, st.Low.Bytes)

@@ -264,10 +264,10 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	defer os.RemoveAll(stateDir)
 	// The testbed's bridge has bridge netfilter on and its VXLAN sets outer
 	// UDP checksums that veth does not verify (docs/lanes.md): the lane
-	// needs both overrides here, as `rxlane lanes enable --force
+	// needs both overrides here, as `rxlane lanes enable --skip-netfilter
 	// --trust-outer-csum` would.
 	dpo := tgt.lanes
-	dpo.Force, dpo.TrustOuterCsum, dpo.StateFile = true, true, filepath.Join(stateDir, "datapath.json")
+	dpo.SkipNetfilter, dpo.TrustOuterCsum, dpo.StateFile = true, true, filepath.Join(stateDir, "datapath.json")
 	if slices.Contains(modes, ModeLanesQueue) {
 		// XDP frames reach the container as CHECKSUM_NONE: a veth sender
 		// must put real inner checksums on the wire, as a NIC does. Off

@@ -106,9 +106,9 @@ func readUnderlays(nsPath string, topo Topology) (map[string]underlayFacts, erro
 	return out, err
 }
 
-// advise finds the conditions. force and trust are the lane's --force
+// advise finds the conditions. skip and trust are the lane's --skip-netfilter
 // and --trust-outer-csum, mode its mode.
-func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, underErr error, force, trust bool, mode string) Advice {
+func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, underErr error, skip, trust bool, mode string) Advice {
 	a := Advice{Rules: len(rules.Rules), Warnings: []string{}}
 	warn := func(format string, args ...any) { a.Warnings = append(a.Warnings, fmt.Sprintf(format, args...)) }
 	if underErr != nil {
@@ -124,7 +124,7 @@ func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, un
 				continue
 			}
 			matched = append(matched, e)
-			if e.Skip == "" || force {
+			if e.Skip == "" || skip {
 				served = append(served, e)
 			}
 		}
@@ -138,7 +138,7 @@ func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, un
 					why = append(why, e.Skip)
 				}
 			}
-			warn("rule %d: its endpoints are not served (%s): its packets take the normal path (no_endpoint); --force serves them anyway", r.ID, strings.Join(why, "; "))
+			warn("rule %d: its endpoints are not served (%s): its packets take the normal path (no_endpoint); --skip-netfilter serves them anyway (skipping that filter: where it enforces policy, the lane bypasses it)", r.ID, strings.Join(why, "; "))
 		}
 	}
 	warned := map[string]bool{}

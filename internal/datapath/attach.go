@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -14,6 +13,7 @@ import (
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
+	"strings"
 )
 
 // The lane's tc filter: clsact ingress, this priority and handle, this
@@ -28,14 +28,17 @@ type Options struct {
 	// Device is the underlay device to attach to; empty means every
 	// underlay of the discovered tunnels.
 	Device string
-	// Force serves endpoints whose normal path filters traffic the lane
-	// would skip (bridge netfilter, routed FORWARD, tc egress).
-	Force bool
+	// SkipNetfilter serves endpoints whose normal path filters traffic
+	// the lane skips: bridge netfilter, the routed FORWARD chain (where
+	// Calico enforces NetworkPolicy), tc egress. A security choice: only
+	// an explicit CLI flag or the operator's configuration may set it.
+	SkipNetfilter bool
 	// TrustOuterCsum lets the lane take packets whose outer UDP checksum
 	// is set but was not verified by the device (see docs/lanes.md).
 	TrustOuterCsum bool
-	// StateFile records what Enable changed so Disable can undo exactly
-	// that.
+	// StateFile is the lane's record: a write-ahead journal of what
+	// Enable changed, so Disable can undo exactly that, even after a
+	// kill at any step.
 	StateFile string
 	// Mode is ModeSync (tc, default) or ModeQueue (XDP).
 	Mode string
@@ -45,24 +48,12 @@ type Options struct {
 type Attachment struct {
 	Device string `json:"device"`
 	// CreatedClsact is true when Enable added the clsact qdisc; Disable
-	// then removes it again.
+	// then removes it again. Journaled before the attach.
 	CreatedClsact bool `json:"created_clsact"`
 	// XDP is true for the queue lane's XDP attachment.
 	XDP bool `json:"xdp,omitempty"`
-}
-
-// State is the datapath's state file.
-type State struct {
-	Netns       string       `json:"netns"`
-	Force       bool         `json:"force"`
-	Attachments []Attachment `json:"attachments"`
-	// Mode is the lane mode ("" in files from before modes: sync).
-	Mode string `json:"mode,omitempty"`
-	// Peers are settings the queue lane changed on containers' veths.
-	Peers []PeerOffload `json:"peers,omitempty"`
-	// TrustOuterCsum is the loaded program's --trust-outer-csum (for
-	// Sync's advice).
-	TrustOuterCsum bool `json:"trust_outer_csum,omitempty"`
+	// Prog is the attached program's name.
+	Prog string `json:"prog,omitempty"`
 }
 
 // ErrNotEnabled is returned when no lane is attached.
@@ -72,19 +63,9 @@ var ErrNotEnabled = errors.New("lanes are not enabled")
 // caller's namespace when path is empty).
 func inNetns(path string, fn func() error) error { return netns.Do(path, false, fn) }
 
-func loadState(path string) (*State, error) {
-	var s State
-	if found, err := journal.LoadJSON(path, "datapath state", &s); !found {
-		return nil, err
-	}
-	return &s, nil
-}
-
-func saveState(path string, s *State) error { return journal.SaveJSON(path, "datapath state", s) }
-
-// openAttached returns the maps of the program attached to the first
-// device that has it.
-func openAttached(devs []string) (*lanesMaps, *ebpf.Program, error) {
+// openAttached returns the maps of the program of mode attached to the
+// first device that has it. A program of another mode is not reused.
+func openAttached(devs []string, mode string) (*lanesMaps, *ebpf.Program, error) {
 	for _, d := range devs {
 		l, err := netlink.LinkByName(d)
 		if err != nil {
@@ -95,6 +76,9 @@ func openAttached(devs []string) (*lanesMaps, *ebpf.Program, error) {
 			id = ebpf.ProgramID(f.Id)
 		} else if id = ourXDP(l); id == 0 {
 			continue
+		}
+		if name := progName(id); modeOfProg(name) != mode {
+			return nil, nil, fmt.Errorf("%s runs %q, not the %s lane's program: disable the lane and enable it again", d, name, mode)
 		}
 		prog, err := ebpf.NewProgramFromID(id)
 		if err != nil {
@@ -134,30 +118,58 @@ func mapsOf(prog *ebpf.Program) (*lanesMaps, error) {
 	return &o, nil
 }
 
+// ErrInterrupted: an enable was killed half way; its record is kept for
+// disable.
+var ErrInterrupted = errors.New("an earlier `lanes enable` was interrupted before it completed: run `rxlane lanes disable` (same --netns and --state-dir) to undo what it did, then enable again")
+
+// reenableDiff names what a re-enable would change that the enabled lane
+// cannot take in place (a load-time constant, the mode, the devices).
+func reenableDiff(prev *State, mode string, o Options) string {
+	var d []string
+	if prev.Mode != mode {
+		d = append(d, fmt.Sprintf("--mode %s (enabled: %s)", mode, prev.Mode))
+	}
+	if prev.TrustOuterCsum != o.TrustOuterCsum {
+		d = append(d, fmt.Sprintf("--trust-outer-csum=%v (enabled: %v; the loaded program's constant)", o.TrustOuterCsum, prev.TrustOuterCsum))
+	}
+	if prev.Device != o.Device {
+		d = append(d, fmt.Sprintf("--dev %q (enabled: %q)", o.Device, prev.Device))
+	}
+	return strings.Join(d, ", ")
+}
+
 // Enable discovers the namespace, loads the lane, fills its maps with the
-// topology and rules, and attaches it to the underlay devices. Enabling an
-// enabled lane re-syncs it. On error nothing it changed stays.
+// topology and rules, and attaches it to the underlay devices, journaling
+// every change before it makes it. Enabling an enabled lane with the same
+// options re-syncs it (and applies a changed SkipNetfilter); any other
+// difference is refused, named. On error nothing it changed stays.
 func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 	if err := ValidMode(o.Mode); err != nil {
 		return topo, err
 	}
-	mode := o.Mode
-	if mode == "" {
-		mode = ModeSync
+	mode := cmp.Or(o.Mode, ModeSync)
+	ref, err := netns.Resolve(o.Netns)
+	if err != nil {
+		return topo, err
 	}
 	prev, err := loadState(o.StateFile)
 	if err != nil {
 		return topo, err
 	}
-	if prev != nil && prev.Mode != "" && prev.Mode != mode || prev != nil && prev.Mode == "" && mode != ModeSync {
-		return topo, fmt.Errorf("lanes are enabled in mode %s: disable them before enabling mode %s", cmp.Or(prev.Mode, ModeSync), mode)
+	if prev != nil && !prev.Committed {
+		return topo, ErrInterrupted
+	}
+	if prev != nil {
+		if d := reenableDiff(prev, mode, o); d != "" {
+			return topo, fmt.Errorf("lanes are enabled with other options; this enable differs in %s: run `rxlane lanes disable` first", d)
+		}
 	}
 	err = inNetns(o.Netns, func() error {
 		topo, err = Discover()
 		if err != nil {
 			return err
 		}
-		topo.Forced = o.Force
+		topo.SkipNetfilter = o.SkipNetfilter
 		if len(topo.Tunnels) == 0 {
 			return errNoTunnel
 		}
@@ -166,107 +178,155 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 			return err
 		}
 		tables := policy.Compile(rules)
-		if m, prog, err := openAttached(append(devs, tunnelDevs...)); err == nil {
-			defer prog.Close()
-			defer m.Close()
-			if err := writeTopology(m, topo, tables, o.Force); err != nil {
-				return err
-			}
-			if mode == ModeQueue {
-				if err := writeDevMACs(m, devs); err != nil {
-					return err
-				}
-			}
-			if err := applyPolicy(m, tables); err != nil {
-				return err
-			}
-			// A re-enable decides --force anew; later syncs keep it.
-			if prev == nil || prev.Force == o.Force {
-				return nil
-			}
-			prev.Force = o.Force
-			return saveState(o.StateFile, prev)
+		if prev != nil {
+			return reenable(o, prev, topo, tables, devs, tunnelDevs)
 		}
-		objs, err := loadObjects(o.TrustOuterCsum)
-		if err != nil {
+		if found, err := findOurs(); err != nil {
 			return err
+		} else if len(found) > 0 {
+			return fmt.Errorf("rxlane's lane is attached on %s without a record in %s (enabled with another --state-dir, or killed before it recorded): run `rxlane lanes disable` with this --state-dir to remove it, then enable", describe(found), o.StateFile)
 		}
-		defer objs.Close()
-		if err := writeTopology(&objs.lanesMaps, topo, tables, o.Force); err != nil {
-			return err
-		}
-		if err := applyPolicy(&objs.lanesMaps, tables); err != nil {
-			return err
-		}
-		st := &State{Netns: o.Netns, Force: o.Force, Mode: mode, TrustOuterCsum: o.TrustOuterCsum}
-		undo := func() {
-			for _, a := range st.Attachments {
-				if a.XDP {
-					detachXDP(a)
-				} else {
-					detach(a)
-				}
-			}
-			restorePeers(st.Peers)
-		}
-		if mode == ModeQueue {
-			if err := writeDevMACs(&objs.lanesMaps, devs); err != nil {
-				return err
-			}
-			var served []Endpoint
-			for _, ep := range topo.Endpoints {
-				if ep.Skip == "" || o.Force {
-					served = append(served, ep)
-				}
-			}
-			st.Peers, err = enablePeerNAPI(served)
-			if err != nil {
-				undo()
-				return err
-			}
-		}
-		for _, d := range devs {
-			var a Attachment
-			var err error
-			if mode == ModeQueue {
-				a, err = attachXDP(d, objs.LanesXdp)
-			} else {
-				a, err = attach(d, objs.LanesIngress)
-			}
-			if a.Device != "" {
-				st.Attachments = append(st.Attachments, a)
-			}
-			if err != nil {
-				undo()
-				return err
-			}
-		}
-		for _, d := range tunnelDevs {
-			a, err := attach(d, objs.LanesTunnel)
-			if a.Device != "" {
-				st.Attachments = append(st.Attachments, a)
-			}
-			if err != nil {
-				undo()
-				return err
-			}
-		}
-		if err := saveState(o.StateFile, st); err != nil {
-			undo()
-			return err
-		}
-		return nil
+		return enableNew(o, ref.Ino, mode, topo, tables, devs, tunnelDevs)
 	})
 	if err == nil {
-		trust := o.TrustOuterCsum
-		if prev != nil {
-			trust = prev.TrustOuterCsum // a re-enable keeps the loaded program
-		}
 		under, uerr := readUnderlays(o.Netns, topo)
-		adv := advise(topo, rules, under, uerr, o.Force, trust, mode)
+		adv := advise(topo, rules, under, uerr, o.SkipNetfilter, o.TrustOuterCsum, mode)
 		topo.Advice = &adv
 	}
 	return topo, err
+}
+
+// reenable re-syncs an enabled lane's maps; a changed SkipNetfilter is
+// journaled, then written.
+func reenable(o Options, prev *State, topo Topology, tables policy.Tables, devs, tunnelDevs []string) error {
+	var have, want []string
+	for _, a := range prev.Attachments {
+		have = append(have, a.Device)
+	}
+	want = append(append(want, devs...), tunnelDevs...)
+	slices.Sort(have)
+	slices.Sort(want)
+	if !slices.Equal(slices.Compact(have), want) {
+		return fmt.Errorf("lanes are enabled on %s; this enable would attach to %s (the namespace's tunnels changed?): run `rxlane lanes disable` first", strings.Join(have, ", "), strings.Join(want, ", "))
+	}
+	m, prog, err := openAttached(want, prev.Mode)
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	defer m.Close()
+	if prev.SkipNetfilter != o.SkipNetfilter {
+		j, err := journal.Append(o.StateFile)
+		if err != nil {
+			return err
+		}
+		err = j.Intent(intentSkipNetfilter, o.SkipNetfilter)
+		if cerr := j.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := writeTopology(m, topo, tables, o.SkipNetfilter); err != nil {
+		return err
+	}
+	if prev.Mode == ModeQueue {
+		if err := writeDevMACs(m, devs); err != nil {
+			return err
+		}
+	}
+	return applyPolicy(m, tables)
+}
+
+// enableNew loads the lane and attaches it, journaling each change first.
+// On error it undoes what it did and removes the journal; a kill leaves
+// the journal for Disable.
+func enableNew(o Options, ino uint64, mode string, topo Topology, tables policy.Tables, devs, tunnelDevs []string) (err error) {
+	objs, err := loadObjects(o.TrustOuterCsum)
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	if err := writeTopology(&objs.lanesMaps, topo, tables, o.SkipNetfilter); err != nil {
+		return err
+	}
+	if err := applyPolicy(&objs.lanesMaps, tables); err != nil {
+		return err
+	}
+	if mode == ModeQueue {
+		if err := writeDevMACs(&objs.lanesMaps, devs); err != nil {
+			return err
+		}
+	}
+	j, err := journal.Create(o.StateFile, laneBegin{Netns: o.Netns, NetnsIno: ino, Mode: mode,
+		SkipNetfilter: o.SkipNetfilter, TrustOuterCsum: o.TrustOuterCsum, Device: o.Device})
+	if errors.Is(err, journal.ErrExists) {
+		return fmt.Errorf("another enable is recording in %s", o.StateFile)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		j.Close()
+		st, lerr := loadState(o.StateFile)
+		if lerr == nil && st != nil {
+			if uerr := undo(st); uerr != nil {
+				err = fmt.Errorf("%w; undo failed, record kept at %s for `rxlane lanes disable`: %w", err, o.StateFile, uerr)
+				return
+			}
+		}
+		err = errors.Join(err, lerr, journal.Remove(o.StateFile))
+	}()
+	if mode == ModeQueue {
+		var served []Endpoint
+		for _, ep := range topo.Endpoints {
+			if ep.Skip == "" || o.SkipNetfilter {
+				served = append(served, ep)
+			}
+		}
+		if _, err := enablePeerNAPI(served, func(p PeerOffload) error { return j.Intent(intentPeer, p) }); err != nil {
+			return err
+		}
+	}
+	progs := map[string]*ebpf.Program{}
+	for _, d := range devs {
+		progs[d] = objs.LanesIngress
+		if mode == ModeQueue {
+			progs[d] = objs.LanesXdp
+		}
+	}
+	for _, d := range tunnelDevs {
+		progs[d] = objs.LanesTunnel
+	}
+	for _, d := range append(slices.Clone(devs), tunnelDevs...) {
+		a := Attachment{Device: d, XDP: progs[d] == objs.LanesXdp}
+		if info, err := progs[d].Info(); err == nil {
+			a.Prog = info.Name
+		}
+		if !a.XDP {
+			has, err := tcattach.HasClsact(d)
+			if err != nil {
+				return err
+			}
+			a.CreatedClsact = !has
+		}
+		if err := j.Intent(intentAttach, a); err != nil {
+			return err
+		}
+		if a.XDP {
+			err = attachXDP(d, progs[d])
+		} else {
+			err = attach(d, progs[d])
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return j.Commit()
 }
 
 // attachPoints chooses where the lane attaches: the underlay device of
@@ -305,74 +365,117 @@ func attachPoints(o Options, topo Topology, mode string) (devs, tunnelDevs []str
 }
 
 // attach attaches the sync lane to dev's tc ingress.
-func attach(dev string, prog *ebpf.Program) (Attachment, error) {
-	created, err := laneFilter.Attach(dev, prog)
-	if err != nil && !created {
-		return Attachment{}, err
-	}
-	return Attachment{Device: dev, CreatedClsact: created}, err
+func attach(dev string, prog *ebpf.Program) error {
+	_, err := laneFilter.Attach(dev, prog)
+	return err
 }
 
 // detach removes the sync lane's filter (and the clsact qdisc if the lane
-// added it and nothing else uses it). A device that is gone is not an
-// error.
+// added it and nothing else uses it). A device that is gone, or a filter
+// that was never attached, is not an error.
 func detach(a Attachment) error { return laneFilter.Detach(a.Device, a.CreatedClsact) }
 
-// Disable detaches everything Enable attached and removes the state file.
-// It can be repeated.
+// Removal is what Disable did.
+type Removal struct {
+	// Recorded: the lane's record was found and undone.
+	Recorded bool `json:"recorded"`
+	// Interrupted: the record was of an enable killed half way.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Unrecorded are rxlane's lane programs found attached without a
+	// record (another --state-dir, a kill) and removed. Their clsact
+	// qdisc stays unless rxlane's marker says rxlane added it; veth
+	// settings a queue lane changed cannot be known without the record.
+	Unrecorded []Attachment `json:"unrecorded,omitempty"`
+	// NetnsGone: the recorded namespace no longer exists (its devices,
+	// and with them the lane, went with it).
+	NetnsGone bool `json:"netns_gone,omitempty"`
+}
+
+// Disable detaches everything Enable attached and removes the record; it
+// finds and removes rxlane's lane programs in the namespace also without
+// a record. It can be repeated.
 func Disable(o Options) error {
+	_, err := DisableReport(o)
+	return err
+}
+
+// DisableReport is Disable, saying what it found and removed.
+func DisableReport(o Options) (Removal, error) {
+	var r Removal
 	st, err := loadState(o.StateFile)
 	if err != nil {
-		return err
+		return r, err
 	}
-	if st == nil {
-		return nil
-	}
-	ns := st.Netns
-	if o.Netns != "" {
-		ns = o.Netns
+	ns := o.Netns
+	if st != nil {
+		r.Recorded, r.Interrupted = true, !st.Committed
+		ns = cmp.Or(o.Netns, st.Netns)
+		if ref, err := netns.Resolve(ns); err != nil || st.NetnsIno != 0 && ref.Ino != st.NetnsIno {
+			r.NetnsGone = true
+			return r, journal.Remove(o.StateFile)
+		}
 	}
 	err = inNetns(ns, func() error {
 		var errs []error
-		for _, a := range st.Attachments {
+		if st != nil {
+			errs = append(errs, undo(st))
+		}
+		// Whatever of ours is still attached (no record, or a record of
+		// another state dir on top of this one) goes too.
+		found, err := findOurs()
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for _, a := range found {
 			if a.XDP {
 				errs = append(errs, detachXDP(a))
 			} else {
 				errs = append(errs, detach(a))
 			}
 		}
-		// Peers after the XDP program is gone: nothing is queued to them.
-		errs = append(errs, restorePeers(st.Peers))
+		r.Unrecorded = found
 		return errors.Join(errs...)
 	})
 	if err != nil {
-		return err
+		return r, err
 	}
-	if err := os.Remove(o.StateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	if st != nil {
+		return r, journal.Remove(o.StateFile)
 	}
-	return nil
+	return r, nil
 }
 
-// withAttached runs fn with the attached lane's maps.
-func withAttached(o Options, fn func(m *lanesMaps, st *State) error) error {
+// withAttached runs fn with the attached lane's maps. A lane attached
+// without a record is used when unrecorded is set (stats), with st.Recorded
+// false; otherwise it is an error that says how to clean it up.
+func withAttached(o Options, unrecorded bool, fn func(m *lanesMaps, st *State) error) error {
 	st, err := loadState(o.StateFile)
 	if err != nil {
 		return err
 	}
-	if st == nil {
-		return ErrNotEnabled
-	}
-	ns := st.Netns
-	if o.Netns != "" {
-		ns = o.Netns
+	ns := o.Netns
+	if st != nil {
+		ns = cmp.Or(o.Netns, st.Netns)
 	}
 	return inNetns(ns, func() error {
+		if st == nil {
+			found, err := findOurs()
+			if err != nil {
+				return err
+			}
+			if len(found) == 0 {
+				return ErrNotEnabled
+			}
+			if !unrecorded {
+				return fmt.Errorf("rxlane's lane is attached on %s without a record in %s (another --state-dir, or a killed enable): run `rxlane lanes disable` with this --state-dir, then enable", describe(found), o.StateFile)
+			}
+			st = unrecordedState(found)
+		}
 		var devs []string
 		for _, a := range st.Attachments {
 			devs = append(devs, a.Device)
 		}
-		m, prog, err := openAttached(devs)
+		m, prog, err := openAttached(devs, st.Mode)
 		if err != nil {
 			return err
 		}
@@ -385,7 +488,7 @@ func withAttached(o Options, fn func(m *lanesMaps, st *State) error) error {
 // ApplyRules writes rules into an enabled lane at runtime. newIDs get their
 // counters reset. Without an enabled lane it returns ErrNotEnabled.
 func ApplyRules(o Options, rules *policy.Set, newIDs ...int) error {
-	return withAttached(o, func(m *lanesMaps, _ *State) error {
+	return withAttached(o, false, func(m *lanesMaps, _ *State) error {
 		for _, id := range newIDs {
 			if err := resetRule(m, id); err != nil {
 				return fmt.Errorf("reset counters of rule %d: %w", id, err)
@@ -398,15 +501,18 @@ func ApplyRules(o Options, rules *policy.Set, newIDs ...int) error {
 // Sync re-discovers the namespace and updates an enabled lane's tunnels,
 // peers and endpoints (containers that came or went).
 // In queue mode it first turns on the NAPI of new containers' veths (XDP
-// frames can only be queued to those) and records that in the state file,
-// and refreshes the underlays' MACs.
+// frames can only be queued to those), journaling each before it is
+// changed, and refreshes the underlays' MACs.
 func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
-	err = withAttached(o, func(m *lanesMaps, st *State) error {
+	err = withAttached(o, false, func(m *lanesMaps, st *State) error {
+		if !st.Committed {
+			return ErrInterrupted
+		}
 		if topo, err = Discover(); err != nil {
 			return err
 		}
-		force := st.Force || o.Force
-		topo.Forced = force
+		skip := st.SkipNetfilter
+		topo.SkipNetfilter = skip
 		if st.Mode == ModeQueue {
 			var devs []string
 			for _, a := range st.Attachments {
@@ -417,24 +523,27 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 			}
 			var served []Endpoint
 			for _, ep := range topo.Endpoints {
-				if ep.Skip == "" || force {
+				if ep.Skip == "" || skip {
 					served = append(served, ep)
 				}
 			}
-			done, err := enablePeerNAPI(served)
-			st.Peers = append(st.Peers, done...) // saved even on error: disable restores them
-			if serr := saveState(o.StateFile, st); serr != nil {
-				return errors.Join(err, serr)
+			j, err := journal.Append(o.StateFile)
+			if err != nil {
+				return err
+			}
+			_, err = enablePeerNAPI(served, func(p PeerOffload) error { return j.Intent(intentPeer, p) })
+			if cerr := j.Close(); err == nil {
+				err = cerr
 			}
 			if err != nil {
 				return err
 			}
 		}
-		if err := writeTopology(m, topo, policy.Compile(rules), force); err != nil {
+		if err := writeTopology(m, topo, policy.Compile(rules), skip); err != nil {
 			return err
 		}
 		under, uerr := readUnderlays(cmp.Or(o.Netns, st.Netns), topo)
-		adv := advise(topo, rules, under, uerr, force, st.TrustOuterCsum, cmp.Or(st.Mode, ModeSync))
+		adv := advise(topo, rules, under, uerr, skip, st.TrustOuterCsum, st.Mode)
 		topo.Advice = &adv
 		return nil
 	})
@@ -458,7 +567,13 @@ type LaneStats struct {
 
 // Stats are the lane's counters, summed over CPUs.
 type Stats struct {
-	Devices   []string          `json:"devices"`
+	Mode    string   `json:"mode"`
+	Devices []string `json:"devices"`
+	// SkipNetfilter is the lane's --skip-netfilter (a security choice:
+	// served endpoints skip bridge netfilter and the FORWARD chain).
+	SkipNetfilter bool `json:"skip_netfilter"`
+	// Recorded is false for a lane found attached without a record.
+	Recorded  bool              `json:"recorded"`
 	High      LaneStats         `json:"high"`
 	Low       LaneStats         `json:"low"`
 	Rules     []RuleStats       `json:"rules"`
@@ -477,7 +592,7 @@ func statsWarnings(s *Stats, rules int) []string {
 		w = append(w, "the lane holds no rule: every packet takes the normal path (add rules with the same --netns as enable)")
 	}
 	if n := s.Fallbacks["no_endpoint"]; n > 0 {
-		w = append(w, fmt.Sprintf("%d packets matched a rule but found no served local endpoint (no_endpoint) and took the normal path: run `rxlane lanes sync` (or keep `rxlane lanes watch` running) after pods change; endpoints that need --force are listed by `lanes sync`", n))
+		w = append(w, fmt.Sprintf("%d packets matched a rule but found no served local endpoint (no_endpoint) and took the normal path: run `rxlane lanes sync` (or keep `rxlane lanes watch` running) after pods change; endpoints that need --skip-netfilter are listed by `lanes sync`", n))
 	}
 	if n := s.Fallbacks["outer_csum"]; n > 0 && s.High.Packets == 0 {
 		w = append(w, fmt.Sprintf("%d packets took the normal path because their outer UDP checksum was set but not verified by the device (outer_csum), and none was served: re-enable with --trust-outer-csum if the underlay cannot verify checksums (a veth)", n))
@@ -488,12 +603,13 @@ func statsWarnings(s *Stats, rules int) []string {
 // ReadStats reads the counters of an enabled lane.
 func ReadStats(o Options, rules *policy.Set) (*Stats, error) {
 	var s *Stats
-	err := withAttached(o, func(m *lanesMaps, st *State) (err error) {
+	err := withAttached(o, true, func(m *lanesMaps, st *State) (err error) {
 		s, err = readStats(m)
-		for _, a := range st.Attachments {
-			s.Devices = append(s.Devices, a.Device)
-		}
 		if err == nil {
+			s.Mode, s.SkipNetfilter, s.Recorded = st.Mode, st.SkipNetfilter, st.Recorded
+			for _, a := range st.Attachments {
+				s.Devices = append(s.Devices, a.Device)
+			}
 			for _, r := range rules.Rules {
 				var vs []ruleCounters
 				if err := m.RuleStats.Lookup(uint32(r.ID), &vs); err != nil {
@@ -508,6 +624,11 @@ func ReadStats(o Options, rules *policy.Set) (*Stats, error) {
 				s.Rules = append(s.Rules, rs)
 			}
 			s.Warnings = statsWarnings(s, len(rules.Rules))
+			if !st.Recorded {
+				s.Warnings = append(s.Warnings, fmt.Sprintf("rxlane's lane is attached on %s but %s has no record of it (another --state-dir, or a killed enable): `rxlane lanes disable` with this --state-dir removes it", describe(st.Attachments), o.StateFile))
+			} else if !st.Committed {
+				s.Warnings = append(s.Warnings, ErrInterrupted.Error())
+			}
 		}
 		return err
 	})

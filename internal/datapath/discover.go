@@ -193,7 +193,7 @@ func egressFilter(l netlink.Link) string {
 	return ""
 }
 
-// routedSkip is why routed endpoints need --force: the normal path routes
+// routedSkip is why routed endpoints need --skip-netfilter: the normal path routes
 // them, through netfilter FORWARD (Calico's and Flannel's policy) and
 // reverse-path filtering, which the lane does not run.
 const routedSkip = "routed endpoint: the normal path runs netfilter FORWARD and rp_filter, which the lane skips"

@@ -20,7 +20,7 @@ func newNamedNS(t *testing.T) string { return testbedtest.NewNamedNS(t, "rxlanes
 // without a master, a /32 route per pod on a cali* veth, the pod's MAC in
 // the neighbour table) and checks discovery finds tunnel, peer, underlay
 // and endpoint without knowing any names, and marks the endpoint as needing
-// --force.
+// --skip-netfilter.
 func TestDiscoverCalicoLike(t *testing.T) {
 	requireBPF(t)
 	host, pod := newNamedNS(t), newNamedNS(t)

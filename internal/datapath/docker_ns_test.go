@@ -49,9 +49,9 @@ func TestLaneOnDockerOverlay(t *testing.T) {
 	}
 	if s := topo.Endpoints[0].Skip; s != "" {
 		// Bridge netfilter is on on this machine: force, as the CLI's
-		// --force would.
+		// --skip-netfilter would.
 		t.Logf("endpoint refused without force: %s", s)
-		opts.Force = true
+		opts.SkipNetfilter = true
 		if _, err := Enable(opts, &rules); err != nil {
 			t.Fatal(err)
 		}

@@ -127,15 +127,15 @@ func TestLaneOnTestbed(t *testing.T) {
 	var found bool
 	for _, e := range topo.Endpoints {
 		found = found || (e.Dev == testbed.VhB && bytes.Equal(e.MAC, testbed.MACCtB))
-		if e.Skip != "" && !opts.Force {
+		if e.Skip != "" && !opts.SkipNetfilter {
 			// Bridge netfilter is on on this machine: the lane refuses
-			// the endpoint without --force. Check that, then force.
+			// the endpoint without --skip-netfilter. Check that, then force.
 			st, err := ReadStats(opts, &rules)
 			if err != nil || st.High.Packets != 0 {
 				t.Fatal(err)
 			}
 			t.Logf("endpoint refused without force: %s", e.Skip)
-			opts.Force = true
+			opts.SkipNetfilter = true
 		}
 	}
 	if !found || len(topo.Tunnels) != 1 || topo.Tunnels[0].Underlay != testbed.WireB || topo.Tunnels[0].VNI != uint32(tb.VNI) {
@@ -144,12 +144,12 @@ func TestLaneOnTestbed(t *testing.T) {
 	if _, err := Enable(opts, &rules); err != nil { // idempotent re-sync
 		t.Fatal(err)
 	}
-	// A sync without --force keeps (and reports) the force the lane was
+	// A sync without --skip-netfilter keeps (and reports) the force the lane was
 	// enabled with.
 	so := opts
-	so.Force = false
-	if synced, err := Sync(so, &rules); err != nil || synced.Forced != opts.Force {
-		t.Fatalf("sync: forced %v, want %v (%v)", synced.Forced, opts.Force, err)
+	so.SkipNetfilter = false
+	if synced, err := Sync(so, &rules); err != nil || synced.SkipNetfilter != opts.SkipNetfilter {
+		t.Fatalf("sync: forced %v, want %v (%v)", synced.SkipNetfilter, opts.SkipNetfilter, err)
 	}
 
 	const n = 200

@@ -58,7 +58,7 @@ type Endpoint struct {
 	// device the normal path routes out of).
 	SrcMAC net.HardwareAddr `json:"src_mac,omitempty"`
 	// Skip, when set, says why the lane must not serve this endpoint
-	// (filtering the lane would bypass); --force overrides.
+	// (filtering the lane would bypass); --skip-netfilter overrides.
 	Skip string `json:"skip,omitempty"`
 }
 
@@ -67,9 +67,9 @@ type Topology struct {
 	LocalAddrs []netip.Addr `json:"local_addrs"`
 	Tunnels    []Tunnel     `json:"tunnels"`
 	Endpoints  []Endpoint   `json:"endpoints"`
-	// Forced is set by Enable and Sync when endpoints with a Skip reason
-	// are served anyway (--force now or when the lane was enabled).
-	Forced bool `json:"forced,omitempty"`
+	// SkipNetfilter is set by Enable and Sync when endpoints with a Skip reason
+	// are served anyway (--skip-netfilter now or when the lane was enabled).
+	SkipNetfilter bool `json:"skip_netfilter,omitempty"`
 	// Advice is set by Enable and Sync: what sends the rules' traffic to
 	// the normal path.
 	Advice *Advice `json:"advice,omitempty"`
@@ -123,8 +123,8 @@ func syncHash[K comparable, V any](m *ebpf.Map, want map[K]V) error {
 }
 
 // writeTopology makes the datapath maps hold topo, with rule masks per VNI
-// from t. Endpoints with a Skip reason are left out unless force.
-func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, force bool) error {
+// from t. Endpoints with a Skip reason are left out unless skip.
+func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, skip bool) error {
 	locals := map[lpmKey]uint32{}
 	for _, a := range topo.LocalAddrs {
 		locals[lpmKey{Prefixlen: 128, Addr: mapped(a)}] = 1
@@ -149,7 +149,7 @@ func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, force bool) err
 	}
 	eps := map[endpointKey]endpoint{}
 	for _, e := range topo.Endpoints {
-		if e.Skip != "" && !force {
+		if e.Skip != "" && !skip {
 			continue
 		}
 		r, ok := routed[e.VNI]

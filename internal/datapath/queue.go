@@ -122,7 +122,7 @@ func vethPeerDo(l netlink.Link, ids map[int]string, fn func(peer netlink.Link) e
 // GRO (unlike an XDP program there) does not take TSO away from the host
 // side, so the low-priority flood keeps going through the bridge and the
 // backlog and never shares that ring. Called inside the host namespace.
-func enablePeerNAPI(eps []Endpoint) ([]PeerOffload, error) {
+func enablePeerNAPI(eps []Endpoint, record func(PeerOffload) error) ([]PeerOffload, error) {
 	var done []PeerOffload
 	seen := map[string]bool{}
 	for _, ep := range eps {
@@ -142,13 +142,18 @@ func enablePeerNAPI(eps []Endpoint) ([]PeerOffload, error) {
 			continue
 		}
 		seen[peerNs+"/"+peer] = true
-		prev, err := SetOffload(peerNs, peer, OffloadGRO, true)
-		if err != nil {
+		on, err := GetOffload(peerNs, peer, OffloadGRO)
+		if err != nil || on {
 			return done, err
 		}
-		if !prev {
-			done = append(done, PeerOffload{Netns: peerNs, Dev: peer, Offload: OffloadGRO, Prev: prev})
+		p := PeerOffload{Netns: peerNs, Dev: peer, Offload: OffloadGRO, Prev: false}
+		if err := record(p); err != nil {
+			return done, err
 		}
+		if _, err := SetOffload(peerNs, peer, OffloadGRO, true); err != nil {
+			return done, err
+		}
+		done = append(done, p)
 	}
 	return done, nil
 }
@@ -190,18 +195,18 @@ func ourXDP(l netlink.Link) ebpf.ProgramID {
 
 // attachXDP attaches the lane's XDP program in driver mode. A device that
 // already has an XDP program that is not ours is refused.
-func attachXDP(dev string, prog *ebpf.Program) (Attachment, error) {
+func attachXDP(dev string, prog *ebpf.Program) error {
 	l, err := netlink.LinkByName(dev)
 	if err != nil {
-		return Attachment{}, fmt.Errorf("unknown device %q: %w", dev, err)
+		return fmt.Errorf("unknown device %q: %w", dev, err)
 	}
 	if x := l.Attrs().Xdp; x != nil && x.Attached && ourXDP(l) == 0 {
-		return Attachment{}, fmt.Errorf("%s already has an XDP program (id %d): refusing to replace it", dev, x.ProgId)
+		return fmt.Errorf("%s already has an XDP program (id %d): refusing to replace it", dev, x.ProgId)
 	}
 	if err := netlink.LinkSetXdpFdWithFlags(l, prog.FD(), unix.XDP_FLAGS_DRV_MODE); err != nil {
-		return Attachment{}, fmt.Errorf("attach XDP (driver mode) to %s: %w", dev, err)
+		return fmt.Errorf("attach XDP (driver mode) to %s: %w", dev, err)
 	}
-	return Attachment{Device: dev, XDP: true}, nil
+	return nil
 }
 
 func detachXDP(a Attachment) error {

@@ -63,7 +63,7 @@ func TestQueueLaneOnTestbed(t *testing.T) {
 		}
 	})
 	opts := Options{Netns: hostB, StateFile: filepath.Join(t.TempDir(), "datapath.json"),
-		TrustOuterCsum: true, Force: true, Mode: ModeQueue}
+		TrustOuterCsum: true, SkipNetfilter: true, Mode: ModeQueue}
 	t.Cleanup(func() {
 		if err := Disable(opts); err != nil {
 			t.Errorf("disable: %v", err)

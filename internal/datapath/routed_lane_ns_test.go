@@ -112,7 +112,7 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 			if _, err := SetOffload(n.Netns, n.Wire.NodeDev, OffloadGRO, true); err != nil {
 				t.Fatal(err)
 			}
-			o := Options{Netns: n.Netns, StateFile: filepath.Join(t.TempDir(), "datapath.json"), Force: true}
+			o := Options{Netns: n.Netns, StateFile: filepath.Join(t.TempDir(), "datapath.json"), SkipNetfilter: true}
 			t.Cleanup(func() { Disable(o) })
 			var rules policy.Set
 			for _, dst := range []string{nodes.PodSubnet4.String(), nodes.PodSubnet6.String()} {

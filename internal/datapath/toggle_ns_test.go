@@ -118,7 +118,7 @@ func TestToggleUnderTraffic(t *testing.T) {
 	hostA := filepath.Join("/run/netns", tb.NS(testbed.HostA))
 	hostB := filepath.Join("/run/netns", tb.NS(testbed.HostB))
 	opts := datapath.Options{Netns: hostB, StateFile: filepath.Join(t.TempDir(), "datapath.json"),
-		Force: true, TrustOuterCsum: true}
+		SkipNetfilter: true, TrustOuterCsum: true}
 	t.Cleanup(func() {
 		if err := datapath.Disable(opts); err != nil {
 			t.Errorf("disable: %v", err)

@@ -17,6 +17,9 @@ type WatchOptions struct {
 	// neighbour event before the lane is re-synced (a container start is
 	// a burst of events).
 	Settle time.Duration
+	// Locked, if set, runs each sync (rules loaded and written) under
+	// the lanes' store lock.
+	Locked func(func() error) error
 	// Every re-syncs also without events (a safety net for events lost to
 	// a full netlink socket buffer); 0 disables it.
 	Every time.Duration
@@ -90,15 +93,20 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 		followUps = DefaultFollowUps
 	}
 
+	locked := wo.Locked
+	if locked == nil {
+		locked = func(fn func() error) error { return fn() }
+	}
 	sync := func() error {
-		rules, err := loadRules()
-		if err == nil {
-			var topo Topology
-			topo, err = Sync(o, rules)
-			report(topo, err)
-		} else {
-			report(Topology{}, err)
-		}
+		var topo Topology
+		err := locked(func() error {
+			rules, err := loadRules()
+			if err == nil {
+				topo, err = Sync(o, rules)
+			}
+			return err
+		})
+		report(topo, err)
 		if errors.Is(err, ErrNotEnabled) {
 			return err
 		}

@@ -22,7 +22,7 @@ import (
 func TestWatchFollowsContainers(t *testing.T) {
 	tb := testbedtest.Up(t, testbedtest.Config(t))
 	hostB := filepath.Join("/run/netns", tb.NS(testbed.HostB))
-	opts := Options{Netns: hostB, StateFile: filepath.Join(t.TempDir(), "datapath.json"), Force: true, TrustOuterCsum: true}
+	opts := Options{Netns: hostB, StateFile: filepath.Join(t.TempDir(), "datapath.json"), SkipNetfilter: true, TrustOuterCsum: true}
 	t.Cleanup(func() { Disable(opts) })
 	var rules policy.Set
 	r, _ := policy.Parse(policy.Spec{Dst: "198.19.0.0/24", Proto: "udp"})

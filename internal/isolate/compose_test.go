@@ -197,7 +197,7 @@ func TestComposeLanesSteerIsolate(t *testing.T) {
 	lopts := datapath.Options{Netns: testbed.NetnsPath(tb, testbed.HostB), StateFile: filepath.Join(dir, "lanes.json"),
 		TrustOuterCsum: true, Mode: datapath.ModeSync,
 		// Bridge netfilter may be on: the test's endpoint has no rules.
-		Force: true}
+		SkipNetfilter: true}
 	lanes := &component{name: "lanes"}
 	lanes.enable = func(t *testing.T) {
 		if _, err := datapath.Enable(lopts, &rules); err != nil {
