@@ -55,14 +55,15 @@ stages: [{name: eth, kind: nic, cost: 1}]
 flows: [{name: f, path: [eth], arrival: {type: const, rate_pps: 1}}]
 `, c.NCPUs, c.Threshold, c.Static))
 			m := NewModel(sc)
-			if len(m.falconCPUs) != c.NCPUs {
-				t.Fatalf("falcon set %v", m.falconCPUs)
+			fs := falconOf(t, m)
+			if len(fs.cpus) != c.NCPUs {
+				t.Fatalf("falcon set %v", fs.cpus)
 			}
 			for i, l := range c.Loads {
-				m.cpus[m.falconCPUs[i]].load = l
+				m.cpus[fs.cpus[i]].load = l
 			}
-			in := falcon.Input{FlowHash: c.Hash, Stage: c.Stage, CPUs: m.falconCPUs, Loads: c.Loads, Threshold: c.Threshold, On: true, Static: c.Static}
-			simCPU := m.falconCPU(c.Hash, c.Stage)
+			in := falcon.Input{FlowHash: c.Hash, Stage: c.Stage, CPUs: fs.cpus, Loads: c.Loads, Threshold: c.Threshold, On: true, Static: c.Static}
+			simCPU := fs.choose(c.Hash, c.Stage)
 			idx, _ := falcon.Choose(in)
 			if in.CPUs[idx] != simCPU {
 				t.Fatalf("literal: datapath CPU %d, simulator %d", in.CPUs[idx], simCPU)
@@ -72,6 +73,16 @@ flows: [{name: f, path: [eth], arrival: {type: const, rate_pps: 1}}]
 			}
 		})
 	}
+}
+
+// falconOf is the model's FALCON steering.
+func falconOf(t *testing.T, m *Model) *falconSteering {
+	t.Helper()
+	fs, ok := m.steer.(*falconSteering)
+	if !ok {
+		t.Fatalf("steering %T, want FALCON", m.steer)
+	}
+	return fs
 }
 
 // TestRemoteStageCost: kernel.remote_stage_ns is paid once per packet by a

@@ -230,6 +230,7 @@ type Model struct {
 	fst   []*flowStats
 	apps  map[string]*app
 	pol   policy
+	steer steering
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
 	remoteNs                                                   int64
@@ -237,12 +238,7 @@ type Model struct {
 	warm, end                                                  int64
 	restartLimit                                               int
 	noDefer                                                    bool
-	steer                                                      string
-	falconOn                                                   bool
-	falconOnTime, lastFalconT                                  int64
-	lavg                                                       float64
 	rings                                                      [][]*napi // [nic][ring]
-	rpsCPUs, falconCPUs                                        []int
 	free                                                       *packet
 
 	inSys       int64
@@ -271,9 +267,6 @@ func fnv32(s string) uint32 {
 	return x
 }
 
-// hash32 is the kernel's hash_32(val, 32): multiply by GOLDEN_RATIO_32.
-func hash32(v uint32) uint32 { return v * 0x61C88647 }
-
 // reciprocalScale is the kernel's reciprocal_scale(val, n).
 func reciprocalScale(v uint32, n int) int { return int((uint64(v) * uint64(n)) >> 32) }
 
@@ -294,9 +287,6 @@ func NewModel(sc *Scenario) *Model {
 	m.noDefer = k.NoKsoftirqdDefer
 	m.warm = ns(sc.WarmupMs * 1e6)
 	m.end = ns(sc.DurationMs * 1e6)
-	m.steer = sc.Steering.Mode
-	m.rpsCPUs = sc.Steering.RPSCPUs
-	m.falconCPUs = sc.Steering.FalconCPUs
 	m.traceOn = sc.Trace.PollOrder
 	m.pol = newPolicy(sc)
 
@@ -470,6 +460,7 @@ func NewModel(sc *Scenario) *Model {
 			m.flows = append(m.flows, f)
 		}
 	}
+	m.steer = newSteering(m)
 	return m
 }
 
@@ -1007,7 +998,7 @@ func (c *cpu) advance(p *packet) bool {
 	}
 	st := f.path[p.stage]
 	inline := m.pol.inline(p)
-	if st.kind == kindSplit && !(m.steer == "falcon" && m.falconOn) {
+	if st.kind == kindSplit && !m.steer.steersSplit() {
 		inline = true
 	}
 	if inline {
@@ -1029,14 +1020,11 @@ func (c *cpu) advance(p *packet) bool {
 // gro_cells_receive, enqueue_to_backlog) with the steering decision.
 func (c *cpu) transition(p *packet, st *stage) {
 	m := c.m
-	var n *napi
+	n := m.steer.target(p, st)
 	switch {
-	case m.steer == "falcon" && m.falconOn:
-		n = m.cpus[m.falconCPU(p.hash, st.id)].backlog
+	case n != nil:
 	case st.kind == kindGRO:
 		n = c.gro[st.idx]
-	case (m.steer == "rps" || m.steer == "falcon") && len(m.rpsCPUs) > 0:
-		n = m.cpus[m.rpsCPUs[reciprocalScale(p.hash, len(m.rpsCPUs))]].backlog
 	default:
 		n = c.backlog
 	}
@@ -1140,19 +1128,8 @@ func (c *cpu) softirqEnd() {
 	c.next()
 }
 
-// ---- FALCON ----
-
-func (m *Model) falconCPU(h uint32, ifindex uint32) int {
-	hash := hash32(h + ifindex)
-	fc := m.falconCPUs
-	ci := fc[hash%uint32(len(fc))]
-	if m.sc.Steering.Static || m.cpus[ci].load < m.sc.Steering.Threshold {
-		return ci
-	}
-	hash = hash32(hash)
-	return fc[hash%uint32(len(fc))]
-}
-
+// busy is the CPU time used so far, counting the running chunks
+// (FALCON's load sampler reads it).
 func (c *cpu) busy() int64 {
 	b := c.acct[kIRQ] + c.acct[kSoftirq] + c.acct[kApp]
 	for l := range c.slots {
@@ -1161,25 +1138,6 @@ func (c *cpu) busy() int64 {
 		}
 	}
 	return b
-}
-
-func (m *Model) loadTick() {
-	w := ns(m.sc.Steering.WindowUs * 1000)
-	sum := 0.0
-	for _, c := range m.cpus {
-		b := c.busy()
-		c.load = float64(b-c.lastBusy) / float64(w)
-		c.lastBusy = b
-		sum += c.load
-	}
-	m.lavg = sum / float64(len(m.cpus))
-	now := m.sim.Now()
-	if m.falconOn && now > m.warm {
-		m.falconOnTime += now - max(m.lastFalconT, m.warm)
-	}
-	m.lastFalconT = now
-	m.falconOn = m.lavg < m.sc.Steering.Threshold
-	m.sim.Schedule(w, m.loadTick)
 }
 
 func listNames(ls ...[]*napi) []string {

@@ -236,12 +236,6 @@ func (m *Model) result() *Result {
 	if L > 0 {
 		r.Little.RelErr = math.Abs(L-lam*W) / L
 	}
-	if sc.Steering.Mode == "falcon" {
-		if m.falconOn {
-			m.falconOnTime += m.end - max(m.lastFalconT, m.warm)
-		}
-		f := float64(m.falconOnTime) / win
-		r.FalconOn = &f
-	}
+	r.FalconOn = m.steer.enabledFraction()
 	return r
 }
