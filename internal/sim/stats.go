@@ -239,3 +239,13 @@ func (m *Model) result() *Result {
 	r.FalconOn = m.steer.enabledFraction()
 	return r
 }
+
+// FlowByName returns the named flow's result (or the zero value).
+func (r *Result) FlowByName(name string) FlowResult {
+	for _, f := range r.Flows {
+		if f.Name == name {
+			return f
+		}
+	}
+	return FlowResult{}
+}

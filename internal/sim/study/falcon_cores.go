@@ -1,4 +1,4 @@
-package sim
+package study
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rxlane/rxlane/internal/sim"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -32,7 +33,7 @@ type costModel struct {
 // (eth, ip, vxlan, veth). ISR, IPI, softirq entry and the application's
 // cost stay as the scenarios write them (not traced).
 func falconCostModels(scenDir string) ([]costModel, error) {
-	vm, err := LoadScenario(filepath.Join(scenDir, "falcon-vm.yaml"), nil)
+	vm, err := sim.LoadScenario(filepath.Join(scenDir, "falcon-vm.yaml"), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -60,17 +61,17 @@ type falconStudy struct {
 	extra []string // --set overrides of every run, applied last
 }
 
-func (s *falconStudy) run(file string, sets []string) (*Result, error) {
+func (s *falconStudy) run(file string, sets []string) (*sim.Result, error) {
 	base := s.model.single
 	if file == "falcon-multi.yaml" {
 		base = s.model.multi
 	}
-	sc, err := LoadScenario(filepath.Join(s.dir, file), append(append(append([]string(nil), base...), sets...), s.extra...))
+	sc, err := sim.LoadScenario(filepath.Join(s.dir, file), append(append(append([]string(nil), base...), sets...), s.extra...))
 	if err != nil {
 		return nil, err
 	}
 	s.runs++
-	return Run(sc), nil
+	return sim.Run(sc), nil
 }
 
 // mlfr: highest rate of flow udp the scenario sustains (at most 0.1%
@@ -138,7 +139,7 @@ func multiSets(n, k int, rate float64, mode string) []string {
 		fmt.Sprintf("flows.c.copies=%d", k), fmt.Sprintf("flows.c.arrival.rate_pps=%g", rate)}
 }
 
-func busyAvg(r *Result) float64 {
+func busyAvg(r *sim.Result) float64 {
 	b := 0.0
 	for _, c := range r.CPUs {
 		b += 1 - c.Idle
@@ -146,7 +147,7 @@ func busyAvg(r *Result) float64 {
 	return b / float64(len(r.CPUs))
 }
 
-func total(r *Result) float64 {
+func total(r *sim.Result) float64 {
 	return r.FlowByName("c").ThroughputPps + r.FlowByName("hot").ThroughputPps
 }
 
