@@ -9,9 +9,7 @@ import (
 	"strings"
 
 	"github.com/rxlane/rxlane/internal/sim"
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -373,10 +371,6 @@ func FalconCores(scenDir, dir string, log io.Writer, extra ...string) error {
 
 func plotFalconCores(models []costModel, singles [][]SingleFlowPoint, multis [][][]MultiPoint, fig16 [][][2]float64, dir string) error {
 	short := []string{"paper", "calibrated"}
-	p := plot.New()
-	p.Title.Text = "FALCON Fig. 10 (sim): single 16 B flow, highest sustained rate / host"
-	p.X.Label.Text = "cores"
-	p.Y.Label.Text = "fraction of the host network's rate"
 	var args []any
 	for mi := range models {
 		van, fal := plotter.XYs{}, plotter.XYs{}
@@ -386,18 +380,15 @@ func plotFalconCores(models []costModel, singles [][]SingleFlowPoint, multis [][
 		}
 		args = append(args, "vanilla, "+short[mi], van, "FALCON, "+short[mi], fal)
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err := linePlot("FALCON Fig. 10 (sim): single 16 B flow, highest sustained rate / host", "cores", "fraction of the host network's rate", args)
+	if err != nil {
 		return err
 	}
 	p.Y.Min, p.Y.Max = 0, 1.05
 	p.Legend.Top, p.Legend.Left = false, false
-	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, "falcon-cores-fig10.png")); err != nil {
+	if err := p.Save(figW, figH, filepath.Join(dir, "falcon-cores-fig10.png")); err != nil {
 		return err
 	}
-	p = plot.New()
-	p.Title.Text = "FALCON Fig. 14/16 (sim): throughput gain over vanilla / static"
-	p.X.Label.Text = "cores"
-	p.Y.Label.Text = "gain (%)"
 	args = nil
 	for mi := range models {
 		for li, l := range fig14Levels[:3] {
@@ -413,7 +404,8 @@ func plotFalconCores(models []costModel, singles [][]SingleFlowPoint, multis [][
 		}
 		args = append(args, "Fig.16 two-choice vs static, hot 1 core, "+short[mi], xy)
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err = linePlot("FALCON Fig. 14/16 (sim): throughput gain over vanilla / static", "cores", "gain (%)", args)
+	if err != nil {
 		return err
 	}
 	p.Legend.Top = true

@@ -9,10 +9,7 @@ import (
 	"strings"
 
 	"github.com/rxlane/rxlane/internal/sim"
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // Sweep runs the scenario once per value of param (a --set key path).
@@ -376,10 +373,6 @@ func orDash(s string) string {
 }
 
 func plotFigure(f figure, vals []string, res [][]*sim.Result, out string) error {
-	p := plot.New()
-	p.Title.Text = f.title
-	p.X.Label.Text = f.xlabel
-	p.Y.Label.Text = f.ylabel
 	var args []any
 	for i, s := range f.series {
 		xys := make(plotter.XYs, len(vals))
@@ -389,10 +382,11 @@ func plotFigure(f figure, vals []string, res [][]*sim.Result, out string) error 
 		}
 		args = append(args, s.label, xys)
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err := linePlot(f.title, f.xlabel, f.ylabel, args)
+	if err != nil {
 		return err
 	}
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, out)
+	return p.Save(figW, figH, out)
 }
 
 // SweepMetrics are the y values `sim sweep --plot` can draw, per flow.
@@ -431,15 +425,12 @@ func PlotSweep(title, param string, values []string, res []*sim.Result, metric, 
 		}
 		xs[i] = x
 	}
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = param
-	p.Y.Label.Text = mt.Label
+	xlabel := param
 	if !numeric {
 		for i := range xs {
 			xs[i] = float64(i)
 		}
-		p.X.Label.Text = param + " (" + strings.Join(values, ", ") + ")"
+		xlabel = param + " (" + strings.Join(values, ", ") + ")"
 	}
 	var args []any
 	if len(res) > 0 {
@@ -451,10 +442,11 @@ func PlotSweep(title, param string, values []string, res []*sim.Result, metric, 
 			args = append(args, f.Name+" ("+f.Lane+")", xys)
 		}
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err := linePlot(title, xlabel, mt.Label, args)
+	if err != nil {
 		return fmt.Errorf("plot sweep: %w", err)
 	}
-	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, out); err != nil {
+	if err := p.Save(figW, figH, out); err != nil {
 		return fmt.Errorf("plot sweep: %w", err)
 	}
 	return nil
