@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/rxlane/rxlane/internal/sim"
+	"github.com/rxlane/rxlane/internal/sim/study"
 	"github.com/spf13/cobra"
 )
 
@@ -92,7 +93,7 @@ func newSimSweepCmd() *cobra.Command {
 			if param == "" || len(values) == 0 {
 				return usagef("sim sweep: --param and --values are required")
 			}
-			if _, ok := sim.SweepMetrics[metric]; !ok {
+			if _, ok := study.SweepMetrics[metric]; !ok {
 				return usagef("sim sweep: --metric %q is not one of %s", metric, sweepMetricNames())
 			}
 			if ext := strings.ToLower(filepath.Ext(plotFile)); plotFile != "" && ext != ".svg" && ext != ".png" && ext != ".pdf" {
@@ -102,7 +103,7 @@ func newSimSweepCmd() *cobra.Command {
 			if cmd.Flags().Changed("seed") {
 				sets = append(sets, fmt.Sprintf("seed=%d", o.seed))
 			}
-			res, err := sim.Sweep(args[0], sets, param, values)
+			res, err := study.Sweep(args[0], sets, param, values)
 			if err != nil {
 				if errors.Is(err, sim.ErrScenario) || errors.Is(err, os.ErrNotExist) {
 					return usagef("sim sweep %s: %w", args[0], err)
@@ -111,7 +112,7 @@ func newSimSweepCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if plotFile != "" {
-				if err := sim.PlotSweep(res[0].Scenario+": "+metric+" vs "+param, param, values, res, metric, plotFile); err != nil {
+				if err := study.PlotSweep(res[0].Scenario+": "+metric+" vs "+param, param, values, res, metric, plotFile); err != nil {
 					return fmt.Errorf("sim sweep: %w", err)
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", plotFile)
@@ -186,13 +187,13 @@ stage on another CPU:
 				return usagef("sim figures: scenario dir %q not found (use --scenarios)", scen)
 			}
 			if only != "falcon-cores" {
-				if err := sim.Figures(scen, out, cmd.ErrOrStderr()); err != nil {
+				if err := study.Figures(scen, out, cmd.ErrOrStderr()); err != nil {
 					return fmt.Errorf("sim figures: %w", err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/report.md\n", out)
 			}
 			if only != "papers" {
-				if err := sim.FalconCores(scen, out, cmd.ErrOrStderr(), sets...); err != nil {
+				if err := study.FalconCores(scen, out, cmd.ErrOrStderr(), sets...); err != nil {
 					return fmt.Errorf("sim figures: %w", err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/falcon-cores.md\n", out)
@@ -209,7 +210,7 @@ stage on another CPU:
 
 func sweepMetricNames() string {
 	var ks []string
-	for k := range sim.SweepMetrics {
+	for k := range study.SweepMetrics {
 		ks = append(ks, k)
 	}
 	sort.Strings(ks)
@@ -259,7 +260,7 @@ rate measured on the same layout without the tracer:
 				if err != nil {
 					return fmt.Errorf("sim calibrate: %w", err)
 				}
-				fit, err = sim.FitCalibrateScale(fitScen, append(append([]string(nil), sets...), "calibrate_from="+abs), fitFlow, target)
+				fit, err = study.FitCalibrateScale(fitScen, append(append([]string(nil), sets...), "calibrate_from="+abs), fitFlow, target)
 				if err != nil {
 					if errors.Is(err, sim.ErrScenario) || errors.Is(err, os.ErrNotExist) {
 						return usagef("sim calibrate --fit %s: %w", fitScen, err)

@@ -1,20 +1,50 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 
-	"github.com/rxlane/rxlane/internal/steer"
+	"github.com/rxlane/rxlane/internal/falcon"
 )
 
+// choiceRow is a row of internal/falcon's CPU-choice table
+// (../falcon/testdata/choices.json, written by its TestChoiceTable): an
+// input over CPUs 0..NCPUs-1 and the position the rule picks.
+type choiceRow struct {
+	Name      string    `json:"name"`
+	Hash      uint32    `json:"hash"`
+	Stage     uint32    `json:"stage"`
+	NCPUs     int       `json:"ncpus"`
+	Loads     []float64 `json:"loads"`
+	Threshold float64   `json:"threshold"`
+	Static    bool      `json:"static"`
+	Literal   struct {
+		Pos int `json:"pos"`
+	} `json:"literal"`
+}
+
 // TestFalconChoiceMatchesDatapath runs the shared CPU-choice table through
-// the simulator's falcon policy and internal/steer's Choose (the rule
-// bpf/steer.c runs): both pick the same CPU for the same (hash, stage,
-// loads). The datapath's default ExcludeFirst differs from the paper's
-// literal rehash only when the rehash lands on the first choice again; the
-// table checks that too.
+// the simulator's FALCON steering and internal/falcon's Choose (the rule
+// bpf/steer.c runs, which internal/steer's program tests hold it to): both
+// pick the same CPU for the same (hash, stage, loads), and the table's
+// recorded choice. The simulator is the paper's literal rehash
+// (ExcludeFirst false); internal/falcon's table test checks how the
+// datapath's ExcludeFirst differs.
 func TestFalconChoiceMatchesDatapath(t *testing.T) {
-	for _, c := range steer.ChoiceTable() {
+	b, err := os.ReadFile("../falcon/testdata/choices.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []choiceRow
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) == 0 {
+		t.Fatal("empty choice table")
+	}
+	for _, c := range rows {
 		t.Run(fmt.Sprintf("%s/n%d/h%x/s%d", c.Name, c.NCPUs, c.Hash, c.Stage), func(t *testing.T) {
 			sc := mustParse(t, fmt.Sprintf(`
 name: f
@@ -25,31 +55,34 @@ stages: [{name: eth, kind: nic, cost: 1}]
 flows: [{name: f, path: [eth], arrival: {type: const, rate_pps: 1}}]
 `, c.NCPUs, c.Threshold, c.Static))
 			m := NewModel(sc)
-			if len(m.falconCPUs) != c.NCPUs {
-				t.Fatalf("falcon set %v", m.falconCPUs)
+			fs := falconOf(t, m)
+			if len(fs.cpus) != c.NCPUs {
+				t.Fatalf("falcon set %v", fs.cpus)
 			}
 			for i, l := range c.Loads {
-				m.cpus[m.falconCPUs[i]].load = l
+				m.cpus[fs.cpus[i]].load = l
 			}
-			in := c.Input(false)
-			in.CPUs = m.falconCPUs
-			simCPU := m.falconCPU(c.Hash, c.Stage)
-			idx, _ := steer.Choose(in)
+			in := falcon.Input{FlowHash: c.Hash, Stage: c.Stage, CPUs: fs.cpus, Loads: c.Loads, Threshold: c.Threshold, On: true, Static: c.Static}
+			simCPU := fs.choose(c.Hash, c.Stage)
+			idx, _ := falcon.Choose(in)
 			if in.CPUs[idx] != simCPU {
 				t.Fatalf("literal: datapath CPU %d, simulator %d", in.CPUs[idx], simCPU)
 			}
-			in.ExcludeFirst = true
-			idx2, r := steer.Choose(in)
-			first := int(steer.Hash32(c.Hash+c.Stage) % uint32(c.NCPUs))
-			if r == steer.ReasonSecond && idx == first {
-				if idx2 == first {
-					t.Fatalf("exclude-first kept the first choice")
-				}
-			} else if idx2 != idx {
-				t.Fatalf("exclude-first changed a choice that was not a collision: %d vs %d", idx2, idx)
+			if idx != c.Literal.Pos {
+				t.Fatalf("literal: rule picks position %d, the table records %d", idx, c.Literal.Pos)
 			}
 		})
 	}
+}
+
+// falconOf is the model's FALCON steering.
+func falconOf(t *testing.T, m *Model) *falconSteering {
+	t.Helper()
+	fs, ok := m.steer.(*falconSteering)
+	if !ok {
+		t.Fatalf("steering %T, want FALCON", m.steer)
+	}
+	return fs
 }
 
 // TestRemoteStageCost: kernel.remote_stage_ns is paid once per packet by a

@@ -230,6 +230,7 @@ type Model struct {
 	fst   []*flowStats
 	apps  map[string]*app
 	pol   policy
+	steer steering
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
 	remoteNs                                                   int64
@@ -237,12 +238,7 @@ type Model struct {
 	warm, end                                                  int64
 	restartLimit                                               int
 	noDefer                                                    bool
-	steer                                                      string
-	falconOn                                                   bool
-	falconOnTime, lastFalconT                                  int64
-	lavg                                                       float64
 	rings                                                      [][]*napi // [nic][ring]
-	rpsCPUs, falconCPUs                                        []int
 	free                                                       *packet
 
 	inSys       int64
@@ -271,9 +267,6 @@ func fnv32(s string) uint32 {
 	return x
 }
 
-// hash32 is the kernel's hash_32(val, 32): multiply by GOLDEN_RATIO_32.
-func hash32(v uint32) uint32 { return v * 0x61C88647 }
-
 // reciprocalScale is the kernel's reciprocal_scale(val, n).
 func reciprocalScale(v uint32, n int) int { return int((uint64(v) * uint64(n)) >> 32) }
 
@@ -283,7 +276,21 @@ func ns(x float64) int64 { return int64(math.Round(x)) }
 func NewModel(sc *Scenario) *Model {
 	m := &Model{sc: sc, sim: event.New(), apps: map[string]*app{}}
 	m.rng = rand.New(rand.NewPCG(uint64(sc.Seed), 0x5eed))
-	k := sc.Kernel
+	m.setTimes()
+	m.pol = newPolicy(sc)
+	rss, appCPUs := receiveCPUs(sc)
+	m.buildStages()
+	m.buildCPUs()
+	m.buildRings(rss)
+	m.buildApps(appCPUs)
+	m.buildFlows(len(rss))
+	m.steer = newSteering(m)
+	return m
+}
+
+// setTimes converts the scenario's kernel, NIC and run times to ns.
+func (m *Model) setTimes() {
+	sc, k := m.sc, &m.sc.Kernel
 	m.budgetNs = ns(k.BudgetUsecs * 1000)
 	m.isrNs, m.ipiNs, m.pollNs = ns(k.ISRNs), ns(k.IPINs), ns(k.PollNs)
 	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
@@ -294,14 +301,15 @@ func NewModel(sc *Scenario) *Model {
 	m.noDefer = k.NoKsoftirqdDefer
 	m.warm = ns(sc.WarmupMs * 1e6)
 	m.end = ns(sc.DurationMs * 1e6)
-	m.steer = sc.Steering.Mode
-	m.rpsCPUs = sc.Steering.RPSCPUs
-	m.falconCPUs = sc.Steering.FalconCPUs
 	m.traceOn = sc.Trace.PollOrder
-	m.pol = newPolicy(sc)
+}
 
-	rss := sc.NIC.RSSCPUs
-	var appCPUs []int
+// receiveCPUs are the CPUs whose NIC queues take the packets (RSS) and
+// those the application threads run on. ANP reserves the first
+// anp.reserved CPUs for receiving and runs the applications on the rest;
+// anp.reserved 0 is ANP's symmetric baseline: RSS over every CPU.
+func receiveCPUs(sc *Scenario) (rss, appCPUs []int) {
+	rss = sc.NIC.RSSCPUs
 	if sc.ANP != nil && sc.ANP.Reserved > 0 {
 		rss = nil
 		for i := 0; i < sc.ANP.Reserved; i++ {
@@ -321,8 +329,14 @@ func NewModel(sc *Scenario) *Model {
 			rss = append(rss, i)
 		}
 	}
+	return rss, appCPUs
+}
 
-	// stages, with split halves
+// buildStages lays out the stages, a split stage as two halves (NAME and
+// NAME.2), and names the per-CPU backlog after the one backlog stage if
+// there is exactly one.
+func (m *Model) buildStages() {
+	sc, k := m.sc, &m.sc.Kernel
 	var bl []string
 	for i := range sc.Stages {
 		sp := &sc.Stages[i]
@@ -350,7 +364,12 @@ func NewModel(sc *Scenario) *Model {
 	if len(bl) == 1 {
 		m.backlogName = bl[0]
 	}
+}
 
+// buildCPUs makes the CPUs, each with its backlog and a gro_cells
+// instance per GRO stage.
+func (m *Model) buildCPUs() {
+	sc, k := m.sc, &m.sc.Kernel
 	perLane := m.pol.perLane()
 	for i := 0; i < sc.CPUs; i++ {
 		c := &cpu{m: m, id: i}
@@ -368,9 +387,13 @@ func NewModel(sc *Scenario) *Model {
 		}
 		m.cpus = append(m.cpus, c)
 	}
+}
 
-	// NIC rings: per NIC, per RSS CPU (one queue each), per class if the
-	// ring strategy has class rings.
+// buildRings makes the NIC rings: per NIC, per RSS CPU (one queue each),
+// per class if the ring strategy has class rings. nicRx relies on this
+// order.
+func (m *Model) buildRings(rss []int) {
+	sc, k := m.sc, &m.sc.Kernel
 	nicName := "eth"
 	for _, st := range m.stages {
 		if st.kind == kindNIC {
@@ -400,15 +423,7 @@ func NewModel(sc *Scenario) *Model {
 				return n
 			}
 			if classRings {
-				wh, wl := k.Weight, k.Weight
-				if sc.NIC.Rings == "wfq" {
-					w := sc.NIC.WFQWeights
-					wh = max(1, k.Weight*w[0]/(w[0]+w[1]))
-					wl = max(1, k.Weight*w[1]/(w[0]+w[1]))
-				}
-				if sc.NIC.Rings == "prio" {
-					wh = math.MaxInt32
-				}
+				wh, wl := ringWeights(sc)
 				mk(base+"/rt", laneHigh, wh, sc.NIC.RingSize)
 				mk(base+"/be", laneLow, wl, sc.NIC.RingSize)
 			} else {
@@ -417,8 +432,29 @@ func NewModel(sc *Scenario) *Model {
 		}
 		m.rings = append(m.rings, rs)
 	}
+}
 
-	// apps and their threads
+// ringWeights are the NAPI weights of a queue's real-time and best-effort
+// rings: the kernel's weight each (rr), split by wfq_weights (wfq), or an
+// unlimited real-time ring (prio).
+func ringWeights(sc *Scenario) (high, low int) {
+	k := &sc.Kernel
+	high, low = k.Weight, k.Weight
+	if sc.NIC.Rings == "wfq" {
+		w := sc.NIC.WFQWeights
+		high = max(1, k.Weight*w[0]/(w[0]+w[1]))
+		low = max(1, k.Weight*w[1]/(w[0]+w[1]))
+	}
+	if sc.NIC.Rings == "prio" {
+		high = math.MaxInt32
+	}
+	return high, low
+}
+
+// buildApps makes the application threads: on the app's CPU if it names
+// one (and ANP is off), else round-robin over appCPUs.
+func (m *Model) buildApps(appCPUs []int) {
+	sc := m.sc
 	ai := 0
 	for i := range sc.Apps {
 		sp := &sc.Apps[i]
@@ -437,8 +473,12 @@ func NewModel(sc *Scenario) *Model {
 		}
 		m.apps[sp.Name] = a
 	}
+}
 
-	// flows
+// buildFlows makes each flow's copies: its path of stages, its hash (and
+// from it the RSS queue among nRSS), NIC and application thread.
+func (m *Model) buildFlows(nRSS int) {
+	sc := m.sc
 	for i := range sc.Flows {
 		sp := &sc.Flows[i]
 		fs := &flowStats{name: sp.Name, lane: sp.Lane, dropsAt: map[string]int64{}, hist: newHistogram()}
@@ -462,7 +502,7 @@ func NewModel(sc *Scenario) *Model {
 				f.hash = fnv32(sp.Name + "#" + itoa(cp))
 			}
 			f.nic = cp % sc.NIC.Count
-			f.rxCPU = reciprocalScale(f.hash, len(rss))
+			f.rxCPU = reciprocalScale(f.hash, nRSS)
 			if sp.App != "" {
 				f.app = m.apps[sp.App]
 				f.th = f.app.threads[(len(m.flows))%len(f.app.threads)]
@@ -470,7 +510,6 @@ func NewModel(sc *Scenario) *Model {
 			m.flows = append(m.flows, f)
 		}
 	}
-	return m
 }
 
 func itoa(i int) string {
@@ -1007,7 +1046,7 @@ func (c *cpu) advance(p *packet) bool {
 	}
 	st := f.path[p.stage]
 	inline := m.pol.inline(p)
-	if st.kind == kindSplit && !(m.steer == "falcon" && m.falconOn) {
+	if st.kind == kindSplit && !m.steer.steersSplit() {
 		inline = true
 	}
 	if inline {
@@ -1029,14 +1068,11 @@ func (c *cpu) advance(p *packet) bool {
 // gro_cells_receive, enqueue_to_backlog) with the steering decision.
 func (c *cpu) transition(p *packet, st *stage) {
 	m := c.m
-	var n *napi
+	n := m.steer.target(p, st)
 	switch {
-	case m.steer == "falcon" && m.falconOn:
-		n = m.cpus[m.falconCPU(p.hash, st.id)].backlog
+	case n != nil:
 	case st.kind == kindGRO:
 		n = c.gro[st.idx]
-	case (m.steer == "rps" || m.steer == "falcon") && len(m.rpsCPUs) > 0:
-		n = m.cpus[m.rpsCPUs[reciprocalScale(p.hash, len(m.rpsCPUs))]].backlog
 	default:
 		n = c.backlog
 	}
@@ -1140,19 +1176,8 @@ func (c *cpu) softirqEnd() {
 	c.next()
 }
 
-// ---- FALCON ----
-
-func (m *Model) falconCPU(h uint32, ifindex uint32) int {
-	hash := hash32(h + ifindex)
-	fc := m.falconCPUs
-	ci := fc[hash%uint32(len(fc))]
-	if m.sc.Steering.Static || m.cpus[ci].load < m.sc.Steering.Threshold {
-		return ci
-	}
-	hash = hash32(hash)
-	return fc[hash%uint32(len(fc))]
-}
-
+// busy is the CPU time used so far, counting the running chunks
+// (FALCON's load sampler reads it).
 func (c *cpu) busy() int64 {
 	b := c.acct[kIRQ] + c.acct[kSoftirq] + c.acct[kApp]
 	for l := range c.slots {
@@ -1161,25 +1186,6 @@ func (c *cpu) busy() int64 {
 		}
 	}
 	return b
-}
-
-func (m *Model) loadTick() {
-	w := ns(m.sc.Steering.WindowUs * 1000)
-	sum := 0.0
-	for _, c := range m.cpus {
-		b := c.busy()
-		c.load = float64(b-c.lastBusy) / float64(w)
-		c.lastBusy = b
-		sum += c.load
-	}
-	m.lavg = sum / float64(len(m.cpus))
-	now := m.sim.Now()
-	if m.falconOn && now > m.warm {
-		m.falconOnTime += now - max(m.lastFalconT, m.warm)
-	}
-	m.lastFalconT = now
-	m.falconOn = m.lavg < m.sc.Steering.Threshold
-	m.sim.Schedule(w, m.loadTick)
 }
 
 func listNames(ls ...[]*napi) []string {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/rxlane/rxlane/internal/falcon"
 )
 
 type row struct {
@@ -223,25 +225,27 @@ stages: [{name: eth, kind: nic, cost: 1}]
 flows: [{name: f, path: [eth], arrival: {type: const, rate_pps: 1}}]
 `)
 	m := NewModel(sc)
+	fs := falconOf(t, m)
+	hash32 := falcon.Hash32
 	h, id := uint32(12345), uint32(3)
 	for hash32(h+id)%8 == hash32(hash32(h+id))%8 {
 		h++
 	}
-	first := m.falconCPUs[hash32(h+id)%8]
-	second := m.falconCPUs[hash32(hash32(h+id))%8]
-	if got := m.falconCPU(h, id); got != first {
+	first := fs.cpus[hash32(h+id)%8]
+	second := fs.cpus[hash32(hash32(h+id))%8]
+	if got := fs.choose(h, id); got != first {
 		t.Fatalf("idle first choice not taken: %d vs %d", got, first)
 	}
 	m.cpus[first].load = 0.95
-	if got := m.falconCPU(h, id); got != second {
+	if got := fs.choose(h, id); got != second {
 		t.Fatalf("busy first choice: got %d, want second choice %d", got, second)
 	}
 	m.cpus[second].load = 0.99 // second choice is committed to even if busy
-	if got := m.falconCPU(h, id); got != second {
+	if got := fs.choose(h, id); got != second {
 		t.Fatalf("second choice not committed: %d", got)
 	}
 	m.sc.Steering.Static = true
-	if got := m.falconCPU(h, id); got != first {
+	if got := fs.choose(h, id); got != first {
 		t.Fatalf("static must keep the first choice: %d", got)
 	}
 }

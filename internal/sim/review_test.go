@@ -2,9 +2,6 @@ package sim
 
 import (
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -86,30 +83,5 @@ flows: [{name: f, path: [q], arrival: {type: poisson, rate_pps: 700000}}]
 	want := 0.7 * 1.0 / (2 * 0.3)
 	if d.Stage != "q" || d.Lane != "low" || math.Abs(d.MeanWait-want)/want > 0.03 || math.Abs(d.Mean-d.MeanWait-1) > 1e-3 {
 		t.Fatalf("stage delay %+v, want wait %.4f us", d, want)
-	}
-}
-
-func TestPlotSweepFormats(t *testing.T) {
-	vals := []string{"100000", "200000"}
-	res, err := Sweep("../../scenarios/prism-fig9.yaml", []string{"duration_ms=20", "warmup_ms=2"}, "flows.background.arrival.rate_pps", vals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for ext, magic := range map[string]string{".svg": "<?xml", ".png": "\x89PNG"} {
-		out := filepath.Join(dir, "sweep"+ext)
-		if err := PlotSweep("t", "rate", vals, res, "p99", out); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(out)
-		if err != nil || !strings.HasPrefix(string(b), magic) {
-			t.Errorf("%s: err %v, starts %q", ext, err, string(b[:min(8, len(b))]))
-		}
-	}
-	if err := PlotSweep("t", "rate", vals, res, "p99", filepath.Join(dir, "x.gif")); err == nil {
-		t.Error("gif accepted")
-	}
-	if err := PlotSweep("t", "rate", vals, res, "nope", filepath.Join(dir, "x.svg")); err == nil {
-		t.Error("unknown metric accepted")
 	}
 }

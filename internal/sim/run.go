@@ -18,10 +18,7 @@ func (m *Model) Run() *Result {
 	for _, f := range m.flows {
 		m.startFlow(f)
 	}
-	if m.steer == "falcon" {
-		m.falconOn = true
-		m.sim.Schedule(ns(m.sc.Steering.WindowUs*1000), m.loadTick)
-	}
+	m.steer.start()
 	m.sim.RunUntil(m.warm)
 	for _, c := range m.cpus {
 		c.acct0 = c.acct

@@ -320,6 +320,42 @@ func (s *Scenario) Normalize() error {
 	if s.CPUs < 0 || s.CPUs > 4096 {
 		return fmt.Errorf("cpus: must be in [1, 4096]")
 	}
+	if err := s.normalizeKernel(); err != nil {
+		return err
+	}
+	if err := s.normalizeNIC(); err != nil {
+		return err
+	}
+	if err := s.normalizePolicy(); err != nil {
+		return err
+	}
+	if err := s.normalizeSteering(); err != nil {
+		return err
+	}
+	if s.ANP != nil && (s.ANP.Reserved < 0 || s.ANP.Reserved >= s.CPUs) {
+		return fmt.Errorf("anp.reserved: must be in [0, cpus)")
+	}
+	stages, err := s.normalizeStages()
+	if err != nil {
+		return err
+	}
+	apps, err := s.normalizeApps()
+	if err != nil {
+		return err
+	}
+	if err := s.normalizeFlows(stages, apps); err != nil {
+		return err
+	}
+	if s.Trace.Max == 0 {
+		s.Trace.Max = 64
+	}
+	return nil
+}
+
+// normalizeKernel fills the net_rx_action and softirq defaults of
+// Linux (netdev_budget 300, 2 ms, weight 64, netdev_max_backlog 1000,
+// 10 restarts).
+func (s *Scenario) normalizeKernel() error {
 	k := &s.Kernel
 	if k.Budget == 0 {
 		k.Budget = 300
@@ -344,6 +380,12 @@ func (s *Scenario) Normalize() error {
 			return fmt.Errorf("kernel.%s: must be >= 0", name)
 		}
 	}
+	return nil
+}
+
+// normalizeNIC fills one NIC with one 1024-entry single-queue ring on
+// CPU 0 by default.
+func (s *Scenario) normalizeNIC() error {
 	n := &s.NIC
 	if n.Count == 0 {
 		n.Count = 1
@@ -381,6 +423,12 @@ func (s *Scenario) Normalize() error {
 	if err := checkCPUs("nic.rss_cpus", n.RSSCPUs, s.CPUs); err != nil {
 		return err
 	}
+	return nil
+}
+
+// normalizePolicy defaults to the vanilla poll list with Fig. 2's
+// repoll order.
+func (s *Scenario) normalizePolicy() error {
 	if s.Policy == "" {
 		s.Policy = "vanilla"
 	}
@@ -395,6 +443,12 @@ func (s *Scenario) Normalize() error {
 	if s.Repoll != "fig2" && s.Repoll != "kernel" {
 		return fmt.Errorf("repoll: %q is not one of fig2, kernel", s.Repoll)
 	}
+	return nil
+}
+
+// normalizeSteering checks the mode's CPU sets; FALCON defaults to every
+// CPU, threshold 0.85 and a 1 ms load window.
+func (s *Scenario) normalizeSteering() error {
 	st := &s.Steering
 	if st.Mode == "" {
 		st.Mode = "none"
@@ -437,62 +491,74 @@ func (s *Scenario) Normalize() error {
 	default:
 		return fmt.Errorf("steering.mode: %q is not one of none, rps, falcon", st.Mode)
 	}
-	if s.ANP != nil && (s.ANP.Reserved < 0 || s.ANP.Reserved >= s.CPUs) {
-		return fmt.Errorf("anp.reserved: must be in [0, cpus)")
-	}
+	return nil
+}
+
+// normalizeStages validates the stages and returns their names.
+func (s *Scenario) normalizeStages() (names map[string]bool, err error) {
 	if len(s.Stages) == 0 {
-		return fmt.Errorf("stages: at least one stage is required")
+		return nil, fmt.Errorf("stages: at least one stage is required")
 	}
-	names := map[string]bool{}
+	names = map[string]bool{}
 	for i := range s.Stages {
 		g := &s.Stages[i]
 		f := fmt.Sprintf("stages[%d]", i)
 		if g.Name == "" {
-			return fmt.Errorf("%s.name: required", f)
+			return nil, fmt.Errorf("%s.name: required", f)
 		}
 		if names[g.Name] {
-			return fmt.Errorf("%s.name: duplicate stage %q", f, g.Name)
+			return nil, fmt.Errorf("%s.name: duplicate stage %q", f, g.Name)
 		}
 		names[g.Name] = true
 		switch g.Kind {
 		case "nic", "gro", "backlog":
 		default:
-			return fmt.Errorf("%s.kind: %q is not one of nic, gro, backlog", f, g.Kind)
+			return nil, fmt.Errorf("%s.kind: %q is not one of nic, gro, backlog", f, g.Kind)
 		}
 		if err := checkCost(f+".cost", &g.Cost); err != nil {
-			return err
+			return nil, err
 		}
 		if g.Split < 0 || g.Split >= 1 {
-			return fmt.Errorf("%s.split: must be in [0, 1)", f)
+			return nil, fmt.Errorf("%s.split: must be in [0, 1)", f)
 		}
 		if g.Limit < 0 {
-			return fmt.Errorf("%s.limit: must be >= 0", f)
+			return nil, fmt.Errorf("%s.limit: must be >= 0", f)
 		}
 	}
-	apps := map[string]bool{}
+	return names, nil
+}
+
+// normalizeApps validates the applications and returns their names.
+func (s *Scenario) normalizeApps() (apps map[string]bool, err error) {
+	apps = map[string]bool{}
 	for i := range s.Apps {
 		a := &s.Apps[i]
 		f := fmt.Sprintf("apps[%d]", i)
 		if a.Name == "" || apps[a.Name] {
-			return fmt.Errorf("%s.name: required and unique", f)
+			return nil, fmt.Errorf("%s.name: required and unique", f)
 		}
 		apps[a.Name] = true
 		if a.CPU != nil && (*a.CPU < 0 || *a.CPU >= s.CPUs) {
-			return fmt.Errorf("%s.cpu: %d is not a CPU of this scenario (0..%d)", f, *a.CPU, s.CPUs-1)
+			return nil, fmt.Errorf("%s.cpu: %d is not a CPU of this scenario (0..%d)", f, *a.CPU, s.CPUs-1)
 		}
 		if a.Threads == 0 {
 			a.Threads = 1
 		}
 		if a.Threads < 0 {
-			return fmt.Errorf("%s.threads: must be >= 1", f)
+			return nil, fmt.Errorf("%s.threads: must be >= 1", f)
 		}
 		if a.SocketLimit == 0 {
 			a.SocketLimit = 1 << 20
 		}
 		if err := checkCost(f+".cost", &a.Cost); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return apps, nil
+}
+
+// normalizeFlows validates each flow against the stage and app names.
+func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 	if len(s.Flows) == 0 {
 		return fmt.Errorf("flows: at least one flow is required")
 	}
@@ -541,40 +607,46 @@ func (s *Scenario) Normalize() error {
 		if x.Copies < 0 {
 			return fmt.Errorf("%s.copies: must be >= 1", f)
 		}
-		a := &x.Arrival
-		switch a.Type {
-		case "const", "poisson", "onoff":
-			if a.RatePps <= 0 {
-				return fmt.Errorf("%s.arrival.rate_pps: must be > 0 for %s", f, a.Type)
-			}
-			if a.Type == "onoff" && (a.OnUs <= 0 || a.OffUs < 0) {
-				return fmt.Errorf("%s.arrival.on_us: must be > 0 (off_us >= 0) for onoff", f)
-			}
-		case "closed":
-			if a.Window == 0 {
-				a.Window = 1
-			}
-			if a.Window < 0 || a.RTTUs < 0 {
-				return fmt.Errorf("%s.arrival.window: must be >= 1 and rtt_us >= 0", f)
-			}
-			if x.App == "" {
-				return fmt.Errorf("%s.app: closed-loop flows need an app to answer", f)
-			}
-		case "burst":
-			if a.Count <= 0 {
-				return fmt.Errorf("%s.arrival.count: must be > 0 for burst", f)
-			}
-		case "":
-			return fmt.Errorf("%s.arrival.type: required (const, poisson, onoff, closed, burst)", f)
-		default:
-			return fmt.Errorf("%s.arrival.type: %q is not one of const, poisson, onoff, closed, burst", f, a.Type)
-		}
-		if a.Count < 0 || a.StartUs < 0 {
-			return fmt.Errorf("%s.arrival: count and start_us must be >= 0", f)
+		if err := checkArrival(f, x); err != nil {
+			return err
 		}
 	}
-	if s.Trace.Max == 0 {
-		s.Trace.Max = 64
+	return nil
+}
+
+// checkArrival validates flow x's arrival process (field f names the
+// flow) and fills the closed loop's window of 1.
+func checkArrival(f string, x *FlowSpec) error {
+	a := &x.Arrival
+	switch a.Type {
+	case "const", "poisson", "onoff":
+		if a.RatePps <= 0 {
+			return fmt.Errorf("%s.arrival.rate_pps: must be > 0 for %s", f, a.Type)
+		}
+		if a.Type == "onoff" && (a.OnUs <= 0 || a.OffUs < 0) {
+			return fmt.Errorf("%s.arrival.on_us: must be > 0 (off_us >= 0) for onoff", f)
+		}
+	case "closed":
+		if a.Window == 0 {
+			a.Window = 1
+		}
+		if a.Window < 0 || a.RTTUs < 0 {
+			return fmt.Errorf("%s.arrival.window: must be >= 1 and rtt_us >= 0", f)
+		}
+		if x.App == "" {
+			return fmt.Errorf("%s.app: closed-loop flows need an app to answer", f)
+		}
+	case "burst":
+		if a.Count <= 0 {
+			return fmt.Errorf("%s.arrival.count: must be > 0 for burst", f)
+		}
+	case "":
+		return fmt.Errorf("%s.arrival.type: required (const, poisson, onoff, closed, burst)", f)
+	default:
+		return fmt.Errorf("%s.arrival.type: %q is not one of const, poisson, onoff, closed, burst", f, a.Type)
+	}
+	if a.Count < 0 || a.StartUs < 0 {
+		return fmt.Errorf("%s.arrival: count and start_us must be >= 0", f)
 	}
 	return nil
 }

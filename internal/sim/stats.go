@@ -236,12 +236,16 @@ func (m *Model) result() *Result {
 	if L > 0 {
 		r.Little.RelErr = math.Abs(L-lam*W) / L
 	}
-	if sc.Steering.Mode == "falcon" {
-		if m.falconOn {
-			m.falconOnTime += m.end - max(m.lastFalconT, m.warm)
-		}
-		f := float64(m.falconOnTime) / win
-		r.FalconOn = &f
-	}
+	r.FalconOn = m.steer.enabledFraction()
 	return r
+}
+
+// FlowByName returns the named flow's result (or the zero value).
+func (r *Result) FlowByName(name string) FlowResult {
+	for _, f := range r.Flows {
+		if f.Name == name {
+			return f
+		}
+	}
+	return FlowResult{}
 }

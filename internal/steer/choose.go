@@ -1,10 +1,10 @@
 package steer
 
-import "net/netip"
+import (
+	"net/netip"
 
-// Hash32 is the kernel's hash_32(v, 32): multiply by GOLDEN_RATIO_32. It is
-// the hash of Algorithm 1 (and of internal/sim's falcon policy).
-func Hash32(v uint32) uint32 { return v * 0x61C88647 }
+	"github.com/rxlane/rxlane/internal/falcon"
+)
 
 // FlowHash is the stable flow hash bpf/steer.c derives from the inner
 // 5-tuple (FNV-1a over saddr, daddr, sport, dport in network order and the
@@ -60,51 +60,18 @@ func (r Reason) String() string {
 }
 
 // ChoiceInput is what get_falcon_cpu (Algorithm 1, lines 17-27) looks at.
-type ChoiceInput struct {
-	FlowHash uint32    // the flow's hash (skb.hash in the paper)
-	Stage    uint32    // ifindex of the next stage's device
-	CPUs     []int     // the FALCON CPU set, ascending (the RPS map)
-	Loads    []float64 // per position of CPUs, 0..1
-	// Threshold is the per-CPU load above which the second choice is
-	// taken (FALCON_LOAD_THRESHOLD).
-	Threshold float64
-	// On is false when the set's average load is above the global
-	// threshold: the stage stays on CurrentCPU (lines 10-12).
-	On         bool
-	CurrentCPU int
-	// Static takes the first choice always (hash only).
-	Static bool
-	// ExcludeFirst makes the second choice differ from the first (on 2
-	// CPUs the paper's plain rehash lands on the same CPU half the time).
-	// The simulator's falcon policy is literal: ExcludeFirst false.
-	ExcludeFirst bool
-}
+// The rule lives in internal/falcon, shared with the simulator.
+type ChoiceInput = falcon.Input
+
+// reasonOf names falcon's reasons with the datapath's (same numbers).
+var reasonOf = [...]Reason{falcon.First: ReasonFirst, falcon.Second: ReasonSecond, falcon.Off: ReasonOff, falcon.Static: ReasonStatic}
 
 // Choose returns the position in CPUs of the CPU that runs the next stage,
-// and why. It is the rule bpf/steer.c runs per packet.
+// and why: falcon.Choose, the rule bpf/steer.c runs per packet, which the
+// program tests (prog_test.go) hold the C copy to.
 func Choose(in ChoiceInput) (int, Reason) {
-	n := uint32(len(in.CPUs))
-	h1 := Hash32(in.FlowHash + in.Stage)
-	idx := h1 % n
-	switch {
-	case !in.On:
-		for i, c := range in.CPUs {
-			if c == in.CurrentCPU {
-				return i, ReasonOff
-			}
-		}
-		return int(idx), ReasonOff
-	case in.Static:
-		return int(idx), ReasonStatic
-	case in.Loads[idx] < in.Threshold:
-		return int(idx), ReasonFirst
-	}
-	h2 := Hash32(h1)
-	i2 := h2 % n
-	if in.ExcludeFirst && i2 == idx && n > 1 {
-		i2 = (idx + 1 + h2%(n-1)) % n
-	}
-	return int(i2), ReasonSecond
+	i, r := falcon.Choose(in)
+	return i, reasonOf[r]
 }
 
 // RPSHash returns the non-zero hash that makes RPS, with n CPUs in its map,

@@ -3,6 +3,8 @@ package steer
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/rxlane/rxlane/internal/falcon"
 )
 
 func TestChooseStageDistinct(t *testing.T) {
@@ -94,6 +96,17 @@ func TestRPSHash(t *testing.T) {
 					t.Fatalf("HashSeq(RPSHash(%d,%d,%d)) = %d", i, n, seq, got)
 				}
 			}
+		}
+	}
+}
+
+// TestChooseReasonsAreSteerReasons: falcon's reasons keep enum
+// steer_reason's numbers, so a reason the program writes compares with
+// Choose's.
+func TestChooseReasonsAreSteerReasons(t *testing.T) {
+	for r, want := range reasonOf {
+		if uint32(r) != uint32(want) || falcon.Reason(r).String() != want.String() {
+			t.Errorf("falcon reason %v is %d, steer's %v is %d", falcon.Reason(r), r, want, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package sim
+package study
 
 import (
 	"fmt"
@@ -8,9 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"gonum.org/v1/plot"
+	"github.com/rxlane/rxlane/internal/sim"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -32,7 +31,7 @@ type costModel struct {
 // (eth, ip, vxlan, veth). ISR, IPI, softirq entry and the application's
 // cost stay as the scenarios write them (not traced).
 func falconCostModels(scenDir string) ([]costModel, error) {
-	vm, err := LoadScenario(filepath.Join(scenDir, "falcon-vm.yaml"), nil)
+	vm, err := sim.LoadScenario(filepath.Join(scenDir, "falcon-vm.yaml"), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -60,17 +59,17 @@ type falconStudy struct {
 	extra []string // --set overrides of every run, applied last
 }
 
-func (s *falconStudy) run(file string, sets []string) (*Result, error) {
+func (s *falconStudy) run(file string, sets []string) (*sim.Result, error) {
 	base := s.model.single
 	if file == "falcon-multi.yaml" {
 		base = s.model.multi
 	}
-	sc, err := LoadScenario(filepath.Join(s.dir, file), append(append(append([]string(nil), base...), sets...), s.extra...))
+	sc, err := sim.LoadScenario(filepath.Join(s.dir, file), append(append(append([]string(nil), base...), sets...), s.extra...))
 	if err != nil {
 		return nil, err
 	}
 	s.runs++
-	return Run(sc), nil
+	return sim.Run(sc), nil
 }
 
 // mlfr: highest rate of flow udp the scenario sustains (at most 0.1%
@@ -138,7 +137,7 @@ func multiSets(n, k int, rate float64, mode string) []string {
 		fmt.Sprintf("flows.c.copies=%d", k), fmt.Sprintf("flows.c.arrival.rate_pps=%g", rate)}
 }
 
-func busyAvg(r *Result) float64 {
+func busyAvg(r *sim.Result) float64 {
 	b := 0.0
 	for _, c := range r.CPUs {
 		b += 1 - c.Idle
@@ -146,7 +145,7 @@ func busyAvg(r *Result) float64 {
 	return b / float64(len(r.CPUs))
 }
 
-func total(r *Result) float64 {
+func total(r *sim.Result) float64 {
 	return r.FlowByName("c").ThroughputPps + r.FlowByName("hot").ThroughputPps
 }
 
@@ -372,10 +371,6 @@ func FalconCores(scenDir, dir string, log io.Writer, extra ...string) error {
 
 func plotFalconCores(models []costModel, singles [][]SingleFlowPoint, multis [][][]MultiPoint, fig16 [][][2]float64, dir string) error {
 	short := []string{"paper", "calibrated"}
-	p := plot.New()
-	p.Title.Text = "FALCON Fig. 10 (sim): single 16 B flow, highest sustained rate / host"
-	p.X.Label.Text = "cores"
-	p.Y.Label.Text = "fraction of the host network's rate"
 	var args []any
 	for mi := range models {
 		van, fal := plotter.XYs{}, plotter.XYs{}
@@ -385,18 +380,15 @@ func plotFalconCores(models []costModel, singles [][]SingleFlowPoint, multis [][
 		}
 		args = append(args, "vanilla, "+short[mi], van, "FALCON, "+short[mi], fal)
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err := linePlot("FALCON Fig. 10 (sim): single 16 B flow, highest sustained rate / host", "cores", "fraction of the host network's rate", args)
+	if err != nil {
 		return err
 	}
 	p.Y.Min, p.Y.Max = 0, 1.05
 	p.Legend.Top, p.Legend.Left = false, false
-	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, "falcon-cores-fig10.png")); err != nil {
+	if err := p.Save(figW, figH, filepath.Join(dir, "falcon-cores-fig10.png")); err != nil {
 		return err
 	}
-	p = plot.New()
-	p.Title.Text = "FALCON Fig. 14/16 (sim): throughput gain over vanilla / static"
-	p.X.Label.Text = "cores"
-	p.Y.Label.Text = "gain (%)"
 	args = nil
 	for mi := range models {
 		for li, l := range fig14Levels[:3] {
@@ -412,7 +404,8 @@ func plotFalconCores(models []costModel, singles [][]SingleFlowPoint, multis [][
 		}
 		args = append(args, "Fig.16 two-choice vs static, hot 1 core, "+short[mi], xy)
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err = linePlot("FALCON Fig. 14/16 (sim): throughput gain over vanilla / static", "cores", "gain (%)", args)
+	if err != nil {
 		return err
 	}
 	p.Legend.Top = true

@@ -1,4 +1,4 @@
-package sim
+package study
 
 import (
 	"fmt"
@@ -8,33 +8,21 @@ import (
 	"strconv"
 	"strings"
 
-	"gonum.org/v1/plot"
+	"github.com/rxlane/rxlane/internal/sim"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // Sweep runs the scenario once per value of param (a --set key path).
-func Sweep(path string, sets []string, param string, values []string) ([]*Result, error) {
-	var out []*Result
+func Sweep(path string, sets []string, param string, values []string) ([]*sim.Result, error) {
+	var out []*sim.Result
 	for _, v := range values {
-		sc, err := LoadScenario(path, append(append([]string(nil), sets...), param+"="+v))
+		sc, err := sim.LoadScenario(path, append(append([]string(nil), sets...), param+"="+v))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Run(sc))
+		out = append(out, sim.Run(sc))
 	}
 	return out, nil
-}
-
-// FlowByName returns the named flow's result (or the zero value).
-func (r *Result) FlowByName(name string) FlowResult {
-	for _, f := range r.Flows {
-		if f.Name == name {
-			return f
-		}
-	}
-	return FlowResult{}
 }
 
 // series is one line of a figure: a label and the --set overrides it adds.
@@ -50,13 +38,13 @@ type figure struct {
 	xlabel, ylabel      string
 	series              []series
 	xsets               func(v string) []string // overrides param=v when set
-	y                   func(*Result) float64
+	y                   func(*sim.Result) float64
 	paper               string
-	summary             func(res [][]*Result) string
+	summary             func(res [][]*sim.Result) string
 }
 
-func flowMetric(flow string, f func(FlowResult) float64) func(*Result) float64 {
-	return func(r *Result) float64 { return f(r.FlowByName(flow)) }
+func flowMetric(flow string, f func(sim.FlowResult) float64) func(*sim.Result) float64 {
+	return func(r *sim.Result) float64 { return f(r.FlowByName(flow)) }
 }
 
 func pct(a, b float64) string { return fmt.Sprintf("%+.0f%%", 100*(a-b)/b) }
@@ -67,7 +55,7 @@ func pct(a, b float64) string { return fmt.Sprintf("%+.0f%%", 100*(a-b)/b) }
 // without dropping yet fails this). Packets still in flight when the run
 // ends do not count as lost: at short windows and high rates they would
 // make the pipeline's latency, not its capacity, set the maximum.
-func sustains(r *Result, f FlowResult) bool {
+func sustains(r *sim.Result, f sim.FlowResult) bool {
 	return f.Sent > 0 && float64(f.Dropped) <= 0.001*float64(f.Sent) && f.ThroughputPps*r.WindowS >= 0.99*float64(f.Sent)
 }
 
@@ -80,11 +68,11 @@ func maxRate(path string, sets []string, flow string, lo, hi float64) (float64, 
 func maxRateSteps(path string, sets []string, flow string, lo, hi float64, steps int) (float64, error) {
 	for i := 0; i < steps; i++ {
 		mid := (lo + hi) / 2
-		sc, err := LoadScenario(path, append(append([]string(nil), sets...), fmt.Sprintf("flows.%s.arrival.rate_pps=%g", flow, mid)))
+		sc, err := sim.LoadScenario(path, append(append([]string(nil), sets...), fmt.Sprintf("flows.%s.arrival.rate_pps=%g", flow, mid)))
 		if err != nil {
 			return 0, err
 		}
-		r := Run(sc)
+		r := sim.Run(sc)
 		if sustains(r, r.FlowByName(flow)) {
 			lo = mid
 		} else {
@@ -102,11 +90,11 @@ func figures() []figure {
 		l, _ := strconv.ParseFloat(v, 64)
 		return []string{fmt.Sprintf("flows.rt.arrival.rate_pps=%g", l*1e6*0.3), fmt.Sprintf("flows.be.arrival.rate_pps=%g", l*1e6*0.7)}
 	}
-	cpu0 := func(f func(CPUResult, *Result) float64) func(*Result) float64 {
-		return func(r *Result) float64 { return f(r.CPUs[0], r) }
+	cpu0 := func(f func(sim.CPUResult, *sim.Result) float64) func(*sim.Result) float64 {
+		return func(r *sim.Result) float64 { return f(r.CPUs[0], r) }
 	}
 	// at returns the result of series i at offered load v (Mpps).
-	at := func(res [][]*Result, i int, v string) *Result {
+	at := func(res [][]*sim.Result, i int, v string) *sim.Result {
 		for j, l := range loads {
 			if l == v {
 				return res[i][j]
@@ -114,25 +102,25 @@ func figures() []figure {
 		}
 		return nil
 	}
-	s002 := func(id, title, ylabel string, y func(*Result) float64, paper string, summary func([][]*Result) string) figure {
+	s002 := func(id, title, ylabel string, y func(*sim.Result) float64, paper string, summary func([][]*sim.Result) string) figure {
 		return figure{id: id, title: title, scenario: "seed002-rings.yaml", param: "offered", values: loads, xsets: at30,
 			xlabel: "offered load (Mpps), 30% RT", ylabel: ylabel, series: rings, y: y, paper: paper, summary: summary}
 	}
 	return []figure{
 		{id: "prism-fig8", title: "PRISM Fig. 8: latency without background (200 Kpps)", scenario: "prism-fig8.yaml",
 			xlabel: "mode", ylabel: "latency (us)", series: pol,
-			y:     flowMetric("sockperf", func(f FlowResult) float64 { return f.Latency.Mean }),
+			y:     flowMetric("sockperf", func(f sim.FlowResult) float64 { return f.Latency.Mean }),
 			paper: "PRISM-sync cuts median and tail latency by about 50% vs vanilla; batch in between.",
-			summary: func(res [][]*Result) string {
+			summary: func(res [][]*sim.Result) string {
 				v, b, s := res[0][0].Flows[0].Latency, res[1][0].Flows[0].Latency, res[2][0].Flows[0].Latency
 				return fmt.Sprintf("mean/p50/p99 us: vanilla %.1f/%.1f/%.1f, batch %.1f/%.1f/%.1f, sync %.1f/%.1f/%.1f; sync vs vanilla: p50 %s, p99 %s",
 					v.Mean, v.P50, v.P99, b.Mean, b.P50, b.P99, s.Mean, s.P50, s.P99, pct(s.P50, v.P50), pct(s.P99, v.P99))
 			}},
 		{id: "prism-fig9", title: "PRISM Fig. 9: high-priority latency with 270 Kpps background", scenario: "prism-fig9.yaml",
 			xlabel: "mode", ylabel: "latency (us)", series: pol,
-			y:     flowMetric("latency", func(f FlowResult) float64 { return f.Latency.Mean }),
+			y:     flowMetric("latency", func(f sim.FlowResult) float64 { return f.Latency.Mean }),
 			paper: "With background (60-70% of the core), PRISM-sync lowers the high-priority flow's average and tail latency by about 50%; batch in between.",
-			summary: func(res [][]*Result) string {
+			summary: func(res [][]*sim.Result) string {
 				v, b, s := res[0][0].FlowByName("latency").Latency, res[1][0].FlowByName("latency").Latency, res[2][0].FlowByName("latency").Latency
 				return fmt.Sprintf("mean/p99 us: vanilla %.1f/%.1f, batch %.1f/%.1f, sync %.1f/%.1f; sync vs vanilla: mean %s, p99 %s; batch: mean %s, p99 %s",
 					v.Mean, v.P99, b.Mean, b.P99, s.Mean, s.P99, pct(s.Mean, v.Mean), pct(s.P99, v.P99), pct(b.Mean, v.Mean), pct(b.P99, v.P99))
@@ -140,15 +128,15 @@ func figures() []figure {
 		{id: "prism-fig11", title: "PRISM Fig. 11: high-priority mean latency vs background load", scenario: "prism-fig9.yaml",
 			param: "flows.background.arrival.rate_pps", values: []string{"50000", "100000", "150000", "200000", "250000", "300000", "350000"},
 			xlabel: "background load (pps)", ylabel: "high-priority mean latency (us)", series: pol,
-			y:     flowMetric("latency", func(f FlowResult) float64 { return f.Latency.Mean }),
+			y:     flowMetric("latency", func(f sim.FlowResult) float64 { return f.Latency.Mean }),
 			paper: "Latency grows with background load; PRISM stays well below vanilla at every load.",
 		},
 		{id: "seed002-fig4", title: "Seed 002 Fig. 4a: mean RT latency vs real-time share (offered 1.58 Mpps)", scenario: "seed002-rings.yaml",
 			param: "flows.rt.arrival.rate_pps", values: []string{"15800", "79000", "158000", "316000", "474000"},
 			xlabel: "RT rate (pps) at 1.58 Mpps total (1, 5, 10, 20, 30%)", ylabel: "RT mean latency (us)", series: rings,
-			y:     flowMetric("rt", func(f FlowResult) float64 { return f.Latency.Mean }),
+			y:     flowMetric("rt", func(f sim.FlowResult) float64 { return f.Latency.Mean }),
 			paper: "At 10% RT and the load of Prio's MLFR point: RT 1 us (Prio), 4 us (SQ), 8 us (RR); BE 8 us (Prio), 6 us (RR).",
-			summary: func(res [][]*Result) string {
+			summary: func(res [][]*sim.Result) string {
 				var parts []string
 				for i, s := range rings {
 					r := res[i][2]
@@ -157,9 +145,9 @@ func figures() []figure {
 				return "10% RT: " + strings.Join(parts, ", ")
 			}},
 		s002("seed002-fig5a-irq", "Seed 002 Fig. 5a: CPU share in IRQ handling vs offered load (30% RT)", "IRQ CPU share (%)",
-			cpu0(func(c CPUResult, _ *Result) float64 { return 100 * c.IRQ }),
+			cpu0(func(c sim.CPUResult, _ *sim.Result) float64 { return 100 * c.IRQ }),
 			"grows linearly below 1 Mpps (almost every packet raises an IRQ), then falls; its maximum is 30% for all strategies.",
-			func(res [][]*Result) string {
+			func(res [][]*sim.Result) string {
 				var parts []string
 				for i, sr := range rings {
 					best, bv := 0.0, ""
@@ -173,17 +161,17 @@ func figures() []figure {
 				return "IRQ share " + strings.Join(parts, ", ") + " (paper: 30%, which at 223 ns per ISR needs 1.35 M IRQs/s; see docs/sim.md)"
 			}),
 		s002("seed002-fig5a-pp", "Seed 002 Fig. 5a: CPU share in packet processing vs offered load (30% RT)", "packet-processing CPU share (%)",
-			cpu0(func(c CPUResult, _ *Result) float64 { return 100 * c.Softirq }),
+			cpu0(func(c sim.CPUResult, _ *sim.Result) float64 { return 100 * c.Softirq }),
 			"packet processing (PP) grows linearly with the offered load up to saturation; IRQ and PP together reach 100%.",
-			func(res [][]*Result) string {
+			func(res [][]*sim.Result) string {
 				r := at(res, 0, "1.0").CPUs[0]
 				return fmt.Sprintf("SQ at 1.0 Mpps: PP %.0f%%, IRQ %.0f%%, idle %.0f%%; at 2.0 Mpps every strategy is saturated (idle %.0f%% SQ, %.0f%% Prio)",
 					100*r.Softirq, 100*r.IRQ, 100*r.Idle, 100*at(res, 0, "2.0").CPUs[0].Idle, 100*at(res, 3, "2.0").CPUs[0].Idle)
 			}),
 		s002("seed002-fig5b", "Seed 002 Fig. 5b: IRQ rate vs offered load (30% RT)", "IRQs per second (thousands)",
-			cpu0(func(c CPUResult, r *Result) float64 { return float64(c.IRQs) / r.WindowS / 1000 }),
+			cpu0(func(c sim.CPUResult, r *sim.Result) float64 { return float64(c.IRQs) / r.WindowS / 1000 }),
 			"IRQ rate grows linearly below 1 Mpps, decreases above it (IRQs stay disabled while rings are not emptied), except Prio whose rate keeps rising (the RT ring is emptied often and re-enables its IRQ).",
-			func(res [][]*Result) string {
+			func(res [][]*sim.Result) string {
 				var parts []string
 				for i, sr := range rings {
 					k := func(v string) float64 { r := at(res, i, v); return float64(r.CPUs[0].IRQs) / r.WindowS / 1000 }
@@ -192,9 +180,9 @@ func figures() []figure {
 				return "kIRQ/s at 1.0 / 1.8 / 2.0 Mpps: " + strings.Join(parts, ", ")
 			}),
 		s002("seed002-fig6-rt", "Seed 002 Fig. 6: RT mean latency vs offered load (30% RT)", "RT mean latency (us)",
-			flowMetric("rt", func(f FlowResult) float64 { return f.Latency.Mean }),
+			flowMetric("rt", func(f sim.FlowResult) float64 { return f.Latency.Mean }),
 			"below 1 Mpps all strategies are nearly equal; Prio's RT latency rises only linearly, to 1.5 us; SQ and RR exceed 100 us at high load; WFQ linear but worse than Prio.",
-			func(res [][]*Result) string {
+			func(res [][]*sim.Result) string {
 				var parts []string
 				for i, sr := range rings {
 					parts = append(parts, fmt.Sprintf("%s %.1f / %.1f / %.1f", sr.label, at(res, i, "0.6").FlowByName("rt").Latency.Mean, at(res, i, "1.6").FlowByName("rt").Latency.Mean, at(res, i, "2.0").FlowByName("rt").Latency.Mean))
@@ -202,9 +190,9 @@ func figures() []figure {
 				return "RT mean us at 0.6 / 1.6 / 2.0 Mpps: " + strings.Join(parts, ", ")
 			}),
 		s002("seed002-fig6-be", "Seed 002 Fig. 6: BE mean latency vs offered load (30% RT)", "BE mean latency (us)",
-			flowMetric("be", func(f FlowResult) float64 { return f.Latency.Mean }),
+			flowMetric("be", func(f sim.FlowResult) float64 { return f.Latency.Mean }),
 			"BE latency grows exponentially towards 1.88 Mpps; with Prio, BE packets are dropped above 1.6 Mpps.",
-			func(res [][]*Result) string {
+			func(res [][]*sim.Result) string {
 				var parts []string
 				for i, sr := range rings {
 					first := "none"
@@ -221,9 +209,9 @@ func figures() []figure {
 		{id: "anp", title: "ANP: throughput vs reserved receive CPUs (256 connections)", scenario: "anp.yaml",
 			param: "anp.reserved", values: []string{"0", "2", "4", "6", "8", "10"},
 			xlabel: "reserved CPUs (0 = symmetric)", ylabel: "requests/s", series: []series{{"bm0", nil}},
-			y:     flowMetric("rpc", func(f FlowResult) float64 { return f.ThroughputPps }),
+			y:     flowMetric("rpc", func(f sim.FlowResult) float64 { return f.ThroughputPps }),
 			paper: "ANP (12-8 split for bm0) raises throughput 2-18% and cuts p99/p99.9 by 6-50% vs symmetric.",
-			summary: func(res [][]*Result) string {
+			summary: func(res [][]*sim.Result) string {
 				s, a := res[0][0].Flows[0], res[0][4].Flows[0]
 				return fmt.Sprintf("8 reserved vs symmetric: throughput %s (%.0f vs %.0f req/s), p99 %s (%.0f vs %.0f us), p99.9 %s",
 					pct(a.ThroughputPps, s.ThroughputPps), a.ThroughputPps, s.ThroughputPps, pct(a.Latency.P99, s.Latency.P99), a.Latency.P99, s.Latency.P99, pct(a.Latency.P999, s.Latency.P999))
@@ -231,19 +219,21 @@ func figures() []figure {
 		{id: "falcon-fig14", title: "FALCON Fig. 14: throughput vs containers (6 CPUs)", scenario: "falcon-multi.yaml",
 			param: "flows.c.copies", values: []string{"6", "10", "20", "30", "40"},
 			xlabel: "containers", ylabel: "delivered pps", series: []series{{"vanilla (RSS)", []string{"steering.mode=none", "flows.c.arrival.rate_pps=100000"}}, {"FALCON", []string{"flows.c.arrival.rate_pps=100000"}}},
-			y:     func(r *Result) float64 { return r.FlowByName("c").ThroughputPps },
+			y:     func(r *sim.Result) float64 { return r.FlowByName("c").ThroughputPps },
 			paper: "FALCON +27% (UDP) with idle cycles (6-10 containers); gain shrinks to none when saturated, never below RSS/RPS.",
 		},
 		{id: "falcon-fig15", title: "FALCON Fig. 15: load threshold sensitivity (6 containers, 380 Kpps each)", scenario: "falcon-multi.yaml",
 			param: "steering.threshold", values: []string{"0.5", "0.6", "0.7", "0.8", "0.85", "0.9", "1.0"},
 			xlabel: "FALCON_LOAD_THRESHOLD (1.0 = always on)", ylabel: "delivered pps", series: []series{{"FALCON", nil}},
-			y:     func(r *Result) float64 { return r.FlowByName("c").ThroughputPps },
+			y:     func(r *sim.Result) float64 { return r.FlowByName("c").ThroughputPps },
 			paper: "Threshold 70% and lower misses parallelism; 80-90% best; always-on hurts when highly loaded.",
 		},
 		{id: "falcon-fig16", title: "FALCON Fig. 16: hotspot, two-choice vs static", scenario: "falcon-multi.yaml",
 			param: "flows.hot.arrival.rate_pps", values: []string{"1", "200000", "400000", "600000"},
 			xlabel: "hot flow rate (pps), 6 x 250 Kpps others", ylabel: "delivered pps (all flows)", series: []series{{"static", []string{"steering.static=true", "flows.c.arrival.rate_pps=250000"}}, {"dynamic (two-choice)", []string{"flows.c.arrival.rate_pps=250000"}}},
-			y:     func(r *Result) float64 { return r.FlowByName("c").ThroughputPps + r.FlowByName("hot").ThroughputPps },
+			y: func(r *sim.Result) float64 {
+				return r.FlowByName("c").ThroughputPps + r.FlowByName("hot").ThroughputPps
+			},
 			paper: "Two-choice: +18% throughput (UDP), +15% (TCP) over static hashing under a hotspot.",
 		},
 	}
@@ -257,7 +247,7 @@ func Figures(scenDir, dir string, log io.Writer) error {
 	}
 	var md strings.Builder
 	md.WriteString("# rxlane sim: reproductions\n\nGenerated by `rxlane sim figures`. Paper numbers are quoted from the seeds; ours are from the scenarios in scenarios/.\n\n")
-	cache := map[string]*Result{}
+	cache := map[string]*sim.Result{}
 	for _, f := range figures() {
 		if f.series == nil {
 			continue
@@ -268,7 +258,7 @@ func Figures(scenDir, dir string, log io.Writer) error {
 		if f.param == "" {
 			vals = []string{""}
 		}
-		res := make([][]*Result, len(f.series))
+		res := make([][]*sim.Result, len(f.series))
 		for i, s := range f.series {
 			for _, v := range vals {
 				sets := append([]string(nil), s.sets...)
@@ -281,11 +271,11 @@ func Figures(scenDir, dir string, log io.Writer) error {
 				key := path + "\x00" + strings.Join(sets, "\x00")
 				r, ok := cache[key]
 				if !ok {
-					sc, err := LoadScenario(path, sets)
+					sc, err := sim.LoadScenario(path, sets)
 					if err != nil {
 						return fmt.Errorf("figure %s: %w", f.id, err)
 					}
-					r = Run(sc)
+					r = sim.Run(sc)
 					cache[key] = r
 				}
 				res[i] = append(res[i], r)
@@ -354,11 +344,11 @@ func maxRateMix(path string, sets []string, share, lo, hi float64) (float64, err
 	for i := 0; i < 9; i++ {
 		mid := (lo + hi) / 2
 		s := append(append([]string(nil), sets...), fmt.Sprintf("flows.rt.arrival.rate_pps=%g", mid*share), fmt.Sprintf("flows.be.arrival.rate_pps=%g", mid*(1-share)))
-		sc, err := LoadScenario(path, s)
+		sc, err := sim.LoadScenario(path, s)
 		if err != nil {
 			return 0, err
 		}
-		r := Run(sc)
+		r := sim.Run(sc)
 		lost := int64(0)
 		sent := int64(0)
 		for _, f := range r.Flows {
@@ -382,11 +372,7 @@ func orDash(s string) string {
 	return s
 }
 
-func plotFigure(f figure, vals []string, res [][]*Result, out string) error {
-	p := plot.New()
-	p.Title.Text = f.title
-	p.X.Label.Text = f.xlabel
-	p.Y.Label.Text = f.ylabel
+func plotFigure(f figure, vals []string, res [][]*sim.Result, out string) error {
 	var args []any
 	for i, s := range f.series {
 		xys := make(plotter.XYs, len(vals))
@@ -396,29 +382,30 @@ func plotFigure(f figure, vals []string, res [][]*Result, out string) error {
 		}
 		args = append(args, s.label, xys)
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err := linePlot(f.title, f.xlabel, f.ylabel, args)
+	if err != nil {
 		return err
 	}
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, out)
+	return p.Save(figW, figH, out)
 }
 
 // SweepMetrics are the y values `sim sweep --plot` can draw, per flow.
 var SweepMetrics = map[string]struct {
 	Label string
-	Y     func(r *Result, f FlowResult) float64
+	Y     func(r *sim.Result, f sim.FlowResult) float64
 }{
-	"mean":    {"mean latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.Mean }},
-	"p50":     {"p50 latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.P50 }},
-	"p99":     {"p99 latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.P99 }},
-	"p999":    {"p99.9 latency (us)", func(_ *Result, f FlowResult) float64 { return f.Latency.P999 }},
-	"kpps":    {"delivered (Kpps)", func(_ *Result, f FlowResult) float64 { return f.ThroughputPps / 1000 }},
-	"dropped": {"dropped packets", func(_ *Result, f FlowResult) float64 { return float64(f.Dropped) }},
+	"mean":    {"mean latency (us)", func(_ *sim.Result, f sim.FlowResult) float64 { return f.Latency.Mean }},
+	"p50":     {"p50 latency (us)", func(_ *sim.Result, f sim.FlowResult) float64 { return f.Latency.P50 }},
+	"p99":     {"p99 latency (us)", func(_ *sim.Result, f sim.FlowResult) float64 { return f.Latency.P99 }},
+	"p999":    {"p99.9 latency (us)", func(_ *sim.Result, f sim.FlowResult) float64 { return f.Latency.P999 }},
+	"kpps":    {"delivered (Kpps)", func(_ *sim.Result, f sim.FlowResult) float64 { return f.ThroughputPps / 1000 }},
+	"dropped": {"dropped packets", func(_ *sim.Result, f sim.FlowResult) float64 { return float64(f.Dropped) }},
 }
 
 // PlotSweep draws one line per flow of metric (a SweepMetrics key)
 // against the swept values; the format follows out's extension (.svg,
 // .png, .pdf). Non-numeric values are placed at 0, 1, 2, ...
-func PlotSweep(title, param string, values []string, res []*Result, metric, out string) error {
+func PlotSweep(title, param string, values []string, res []*sim.Result, metric, out string) error {
 	mt, ok := SweepMetrics[metric]
 	if !ok {
 		return fmt.Errorf("plot sweep: unknown metric %q", metric)
@@ -438,15 +425,12 @@ func PlotSweep(title, param string, values []string, res []*Result, metric, out 
 		}
 		xs[i] = x
 	}
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = param
-	p.Y.Label.Text = mt.Label
+	xlabel := param
 	if !numeric {
 		for i := range xs {
 			xs[i] = float64(i)
 		}
-		p.X.Label.Text = param + " (" + strings.Join(values, ", ") + ")"
+		xlabel = param + " (" + strings.Join(values, ", ") + ")"
 	}
 	var args []any
 	if len(res) > 0 {
@@ -458,10 +442,11 @@ func PlotSweep(title, param string, values []string, res []*Result, metric, out 
 			args = append(args, f.Name+" ("+f.Lane+")", xys)
 		}
 	}
-	if err := plotutil.AddLinePoints(p, args...); err != nil {
+	p, err := linePlot(title, xlabel, mt.Label, args)
+	if err != nil {
 		return fmt.Errorf("plot sweep: %w", err)
 	}
-	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, out); err != nil {
+	if err := p.Save(figW, figH, out); err != nil {
 		return fmt.Errorf("plot sweep: %w", err)
 	}
 	return nil
