@@ -25,6 +25,7 @@ import (
 // (`ip netns exec NODE rxlane ...`).
 func TestMain(m *testing.M) {
 	if os.Getenv("RXLANE_RUN_CLI") == "1" {
+		crashAt(os.Getenv("RXLANE_CRASH_AT"))
 		for i, a := range os.Args {
 			if a == "--" {
 				os.Args = append([]string{"rxlane"}, os.Args[i+1:]...)
