@@ -252,3 +252,22 @@ func TestLanesCrashAtEveryStep(t *testing.T) {
 		}
 	}
 }
+
+// TestLanesAddNamesTheRuleLimit: the 65th rule is refused at add as a
+// usage error naming the limit, and the file keeps 64.
+func TestLanesAddNamesTheRuleLimit(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	ns := testbedtest.NewNamedNS(t, "rxl-limit")
+	dir := t.TempDir()
+	for i := range 64 {
+		mustRun(t, "lanes", "add", "--netns", ns, "--state-dir", dir, "--dst", "10.9.0."+strconv.Itoa(i))
+	}
+	out, err := run("lanes", "add", "--netns", ns, "--state-dir", dir, "--dst", "10.9.1.1")
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "at most 64 rules") {
+		t.Fatalf("65th rule: %v (want a usage error naming the limit)\n%s", err, out)
+	}
+	if out := mustRun(t, "lanes", "list", "--netns", ns, "--state-dir", dir); strings.Count(out, "\n") != 65 {
+		t.Errorf("list after the refused add:\n%s", out)
+	}
+}

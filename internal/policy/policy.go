@@ -304,7 +304,7 @@ func conflict(old, r Rule) error {
 // it. It returns the stored rule.
 func (s *Set) Add(r Rule) (Rule, error) {
 	if len(s.Rules) >= MaxRules {
-		return Rule{}, invalid("the datapath holds at most %d rules", MaxRules)
+		return Rule{}, invalid("a lane holds at most %d rules (one bit each in the classifier's 64-bit masks): delete one first (rxlane lanes del ID)", MaxRules)
 	}
 	used := map[int]bool{}
 	for _, o := range s.Rules {
