@@ -29,7 +29,7 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Keep the shared types in BTF for the Go layout test. */
+/* Keep the shared types in BTF for bpf2go's -type (internal/datapath/gen.go). */
 const struct lanes_rule_stats *unused_rule_stats __attribute__((unused));
 const struct lanes_lane_stats *unused_lane_stats __attribute__((unused));
 const enum lanes_reason *unused_reason __attribute__((unused));
