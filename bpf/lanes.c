@@ -29,7 +29,7 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Keep the shared types in BTF for the Go layout test. */
+/* Keep the shared types in BTF for bpf2go's -type (internal/datapath/gen.go). */
 const struct lanes_rule_stats *unused_rule_stats __attribute__((unused));
 const struct lanes_lane_stats *unused_lane_stats __attribute__((unused));
 const enum lanes_reason *unused_reason __attribute__((unused));
@@ -178,9 +178,10 @@ int lanes_tunnel(struct __sk_buff *skb)
 		return fallback(skb, R_GSO);
 	if ((void *)(eth + 1) > data_end)
 		return fallback(skb, R_TRUNCATED);
+	struct ovl_pkt p = {.data = data, .data_end = data_end, .access = OVL_DIRECT};
 	struct lanes_meta meta = {.len = skb->len};
 	struct lanes_cls c = {};
-	int r = lanes_classify_inner(eth, data_end, 0, &meta, *vni, cfg, &c);
+	int r = lanes_classify_inner(&p, eth, 0, &meta, *vni, cfg, &c);
 	if (r >= 0)
 		return fallback(skb, r);
 	/* eth_type_trans on the VXLAN device marked a frame for a container

@@ -24,8 +24,8 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Keep the ring buffer's record type and the enums Go mirrors in BTF, for
- * internal/trace's layout test. */
+/* Keep the ring buffer's record type and the enums Go uses in BTF, for
+ * bpf2go's -type (internal/trace/gen.go). */
 const struct poll_event *unused_poll_event __attribute__((unused));
 const enum skb_event *unused_skb_event __attribute__((unused));
 const enum err_reason *unused_err_reason __attribute__((unused));

@@ -21,96 +21,15 @@
  * Fail-open: anything not understood leaves the packet and its hash alone
  * (TC_ACT_UNSPEC), counted by reason. Go side: internal/steer. */
 
-#include "lanes_uapi.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
+#include "overlay_parse.h"
 #include "steer_structs.h"
+#include "steer_maps.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const struct steer_flow *unused_flow __attribute__((unused));
 const enum steer_reason *unused_reason __attribute__((unused));
 const struct steer_guard *unused_guard __attribute__((unused));
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct steer_cfg);
-} steer_config SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, STEER_MAX_CPUS);
-	__type(key, __u32);
-	__type(value, struct steer_cpu);
-} steer_cpus SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
-	__type(key, __u32);
-	__type(value, struct steer_dev);
-} steer_devs SEC(".maps");
-
-/* The tunnels the entry steers (struct steer_tunnel_key). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, struct steer_tunnel_key);
-	__type(value, struct steer_dev);
-} steer_tunnels SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, struct steer_ep_key);
-	__type(value, __u32);
-} steer_endpoints SEC(".maps");
-
-/* Routed tunnels (Flannel, Calico): the inner destination address of a
- * local endpoint -> stage id of its device. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, struct steer_ip_key);
-	__type(value, __u32);
-} steer_ep_ip SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, STEER_MAX_FLOWS);
-	__type(key, struct steer_flow_key);
-	__type(value, struct steer_flow);
-} steer_flows SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, STEER_MAX_FLOWS);
-	__type(key, __u32);
-	__type(value, struct steer_guard);
-} steer_guards SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, STEER_MAX_CPUS);
-	__type(key, __u32);
-	__type(value, __u32);
-} steer_first_cpus SEC(".maps");
-
-struct {
-	__uint(type, STEER_MAP_TYPE_CPUMAP);
-	__uint(max_entries, STEER_MAX_CPUS);
-	__type(key, __u32);
-	__type(value, struct steer_cpumap_val);
-} steer_cpumap SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, S_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} steer_counters SEC(".maps");
 
 static __always_inline void count(__u32 reason)
 {
@@ -125,83 +44,44 @@ static __always_inline __u32 hash32(__u32 v)
 	return v * 0x61C88647U;
 }
 
-/* load_bytes reads from a tc or an XDP context (xdp is a constant). */
-static __always_inline long load_bytes(void *ctx, bool xdp, __u32 off, void *buf, __u32 len)
-{
-	if (xdp)
-		return bpf_xdp_load_bytes(ctx, off, buf, len);
-	return bpf_skb_load_bytes(ctx, off, buf, len);
-}
-
-/* The inner 5-tuple in hash order: saddr, daddr, sport, dport (network
- * order), protocol. IPv4 fills the first 13 bytes (4-byte addresses),
- * IPv6 all 37; len says which. daddr16 is the destination as an IPv6
- * address (IPv4 v4-mapped), the key of routed endpoints. */
+/* The inner 5-tuple: addresses (IPv4 v4-mapped), ports (network order,
+ * 0 for fragments and for protocols other than TCP and UDP) and, in ip,
+ * the protocol. */
 struct tuple {
-	__u8 b[37];
-	__u8 len;
-	__u8 daddr16[16];
+	struct ovl_ip ip;
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__be16 ports[2];
 };
 
-/* parse_ip4 reads the IPv4 header at off and its ports into t; *l4 is the
- * offset of the L4 header. Fragments and non-TCP/UDP get ports 0. */
-static __always_inline bool parse_ip4(void *skb, bool xdp, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
+/* parse_tuple parses the IPv4 or IPv6 header at off (Ethernet type proto)
+ * and its ports into t. IPv4 may carry options (the ports follow them);
+ * only a TCP or UDP header right after the fixed IPv6 header gives ports:
+ * with extension headers (fragments among them) the flow is the
+ * addresses and the first next-header value, which is the same for every
+ * packet of a flow that carries the same headers. */
+static __always_inline bool parse_tuple(const struct ovl_pkt *p, __be16 proto, __u32 off, struct tuple *t)
 {
-	__u8 ip[20];
-	if (load_bytes(skb, xdp, off, ip, sizeof(ip)) < 0)
+	__u8 buf[sizeof(struct ipv6hdr)];
+	if (ovl_parse_ip(p, off, proto, &t->ip, t->saddr, t->daddr, buf))
 		return false;
-	if ((ip[0] >> 4) != 4 || (ip[0] & 0xf) < 5)
+	if (!t->ip.v6 && t->ip.ihl < 5)
 		return false;
-	__builtin_memset(t, 0, sizeof(*t));
-	__builtin_memcpy(&t->b[0], &ip[12], 8);
-	t->b[12] = ip[9];
-	t->len = 13;
-	t->daddr16[10] = t->daddr16[11] = 0xff;
-	__builtin_memcpy(&t->daddr16[12], &ip[16], 4);
-	*proto = ip[9];
-	*l4 = off + (ip[0] & 0xf) * 4;
-	bool frag = ((ip[6] & 0x3f) | ip[7]) != 0; /* MF or offset */
-	if (!frag && (ip[9] == IPPROTO_UDP || ip[9] == IPPROTO_TCP)) {
-		if (load_bytes(skb, xdp, *l4, &t->b[8], 4) < 0)
-			return false;
-	}
+	t->ports[0] = t->ports[1] = 0;
+	if (!t->ip.frag && ovl_ports(p, t->ip.l4_off, t->ip.proto, false, t->ports, buf) == OVL_TRUNCATED)
+		return false;
 	return true;
 }
 
-/* parse_ip6 is parse_ip4 for IPv6. Only a TCP or UDP header right after
- * the fixed header gives ports; with extension headers (fragments among
- * them) the flow is the addresses and the first next-header value, which
- * is the same for every packet of a flow that carries the same headers. */
-static __always_inline bool parse_ip6(void *skb, bool xdp, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
+/* fnv1a folds n bytes of b into FNV-1a hash h. */
+static __always_inline __u32 fnv1a(__u32 h, const __u8 *b, int n)
 {
-	__u8 ip[40];
-	if (load_bytes(skb, xdp, off, ip, sizeof(ip)) < 0)
-		return false;
-	if ((ip[0] >> 4) != 6)
-		return false;
-	__builtin_memset(t, 0, sizeof(*t));
-	__builtin_memcpy(&t->b[0], &ip[8], 32);
-	t->b[36] = ip[6];
-	t->len = 37;
-	__builtin_memcpy(t->daddr16, &ip[24], 16);
-	*proto = ip[6];
-	*l4 = off + 40;
-	if (ip[6] == IPPROTO_UDP || ip[6] == IPPROTO_TCP) {
-		if (load_bytes(skb, xdp, *l4, &t->b[32], 4) < 0)
-			return false;
+#pragma unroll
+	for (int i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 16777619U;
 	}
-	return true;
-}
-
-/* parse_ip parses the IPv4 or IPv6 header at off after the Ethernet
- * header eth. */
-static __always_inline bool parse_ip(void *skb, bool xdp, const __u8 *eth, __u32 off, struct tuple *t, __u32 *l4, __u8 *proto)
-{
-	if (eth[12] == 0x08 && eth[13] == 0x00)
-		return parse_ip4(skb, xdp, off, t, l4, proto);
-	if (eth[12] == 0x86 && eth[13] == 0xdd)
-		return parse_ip6(skb, xdp, off, t, l4, proto);
-	return false;
+	return h;
 }
 
 /* What flow_hash learns of the packet besides its hash: the keys of the
@@ -214,55 +94,49 @@ struct inner_keys {
 	struct steer_tunnel_key tun;
 };
 
-/* flow_hash: FNV-1a over the inner 5-tuple (IPv4 or IPv6), never 0. Go:
- * FlowHash. encap: the frame is VXLAN in UDP (outer IPv4 or IPv6); which
- * tunnel it belongs to is left to the caller (keys->tun). */
-static __always_inline bool flow_hash(void *skb, bool xdp, __u32 encap, __u32 *out, struct inner_keys *keys)
+/* flow_hash: FNV-1a over the inner 5-tuple in hash order: saddr, daddr,
+ * sport, dport (network order), protocol, with 4-byte addresses for IPv4
+ * (13 bytes) and 16-byte ones for IPv6 (37); never 0. Go: FlowHash.
+ * encap: the frame is VXLAN in UDP (outer IPv4 or IPv6); which tunnel it
+ * belongs to is left to the caller (keys->tun). The packet is read with
+ * the load_bytes helpers: its headers need not be in the linear part. */
+static __always_inline bool flow_hash(void *ctx, bool xdp, __u32 encap, __u32 *out, struct inner_keys *keys)
 {
-	__u8 eth[14];
+	struct ovl_pkt p = {.ctx = ctx, .access = xdp ? OVL_XDP : OVL_SKB};
+	struct ethhdr ebuf;
 	struct tuple t;
-	__u32 l4 = 0;
-	__u8 proto = 0;
 
-	if (load_bytes(skb, xdp, 0, eth, sizeof(eth)) < 0)
-		return false;
-	if (!parse_ip(skb, xdp, eth, 14, &t, &l4, &proto))
+	const struct ethhdr *eth = ovl_hdr(&p, 0, sizeof(*eth), &ebuf);
+	if (!eth || !parse_tuple(&p, eth->h_proto, sizeof(*eth), &t))
 		return false;
 	if (encap) {
-		if (proto != IPPROTO_UDP)
+		if (t.ip.proto != IPPROTO_UDP)
 			return false;
-		__u16 dport = t.len == 13 ? ((__u16)t.b[10] << 8) | t.b[11] : ((__u16)t.b[34] << 8) | t.b[35];
-		__u8 vx[8];
-		if (load_bytes(skb, xdp, l4 + 8, vx, sizeof(vx)) < 0)
+		struct vxlanhdr vbuf;
+		const struct vxlanhdr *vx = ovl_hdr(&p, ovl_vxlan_off(t.ip.l4_off), sizeof(*vx), &vbuf);
+		if (!vx || !ovl_vni_valid(vx))
 			return false;
-		if (!(vx[0] & 0x08)) /* no valid VNI (the I flag) */
-			return false;
-		keys->tun.vni = ((__u32)vx[4] << 16) | ((__u32)vx[5] << 8) | vx[6];
-		keys->tun.port = dport;
-		keys->tun.family = t.len == 13 ? 4 : 6;
-		__u32 in = l4 + 8 + 8; /* UDP, VXLAN */
-		if (load_bytes(skb, xdp, in, eth, sizeof(eth)) < 0)
-			return false;
-		if (!parse_ip(skb, xdp, eth, in + 14, &t, &l4, &proto))
+		keys->tun.vni = ovl_vni(vx);
+		keys->tun.port = bpf_ntohs(t.ports[1]);
+		keys->tun.family = t.ip.v6 ? 6 : 4;
+		__u32 in = ovl_inner_off(t.ip.l4_off);
+		eth = ovl_hdr(&p, in, sizeof(*eth), &ebuf);
+		if (!eth || !parse_tuple(&p, eth->h_proto, in + sizeof(*eth), &t))
 			return false;
 	}
-	__builtin_memcpy(keys->mac.mac, eth, 6);
-	__builtin_memcpy(keys->ip.addr, t.daddr16, 16);
+	__builtin_memcpy(keys->mac.mac, eth->h_dest, 6);
+	__builtin_memcpy(keys->ip.addr, t.daddr, 16);
 
 	__u32 h = 2166136261U;
-	if (t.len == 13) {
-#pragma unroll
-		for (int i = 0; i < 13; i++) {
-			h ^= t.b[i];
-			h *= 16777619U;
-		}
+	if (t.ip.v6) {
+		h = fnv1a(h, t.saddr, 16);
+		h = fnv1a(h, t.daddr, 16);
 	} else {
-#pragma unroll
-		for (int i = 0; i < 37; i++) {
-			h ^= t.b[i];
-			h *= 16777619U;
-		}
+		h = fnv1a(h, t.saddr + 12, 4);
+		h = fnv1a(h, t.daddr + 12, 4);
 	}
+	h = fnv1a(h, (const __u8 *)t.ports, 4);
+	h = fnv1a(h, &t.ip.proto, 1);
 	*out = h ? h : 1;
 	return true;
 }

@@ -1,27 +1,18 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The lane's one classifier, shared by the tc program (--mode sync) and
  * the XDP program (--mode queue) of bpf/lanes.c: parses outer Ethernet /
- * IPv4 or IPv6 / UDP / VXLAN and the inner Ethernet / IP / L4 headers,
- * classifies the inner packet against the policy maps and finds the local
- * endpoint. It reads the packet only; the hook-specific facts it cannot
- * read from the bytes come in struct lanes_meta. */
+ * IPv4 or IPv6 / UDP / VXLAN and the inner Ethernet / IP / L4 headers
+ * (with include/overlay_parse.h, in place: OVL_DIRECT), classifies the
+ * inner packet against the policy maps and finds the local endpoint. It
+ * reads the packet only; the hook-specific facts it cannot read from the
+ * bytes come in struct lanes_meta. */
 #ifndef RXLANE_LANES_CLASSIFY_H
 #define RXLANE_LANES_CLASSIFY_H
 
-#include "lanes_uapi.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
+#include "overlay_parse.h"
 
 #include "lanes_structs.h"
 #include "lanes_maps.h"
-
-static __always_inline void v4_mapped(__u8 *out, __be32 addr)
-{
-	__builtin_memset(out, 0, 10);
-	out[10] = 0xff;
-	out[11] = 0xff;
-	__builtin_memcpy(out + 12, &addr, 4);
-}
 
 static __always_inline bool ipv6_ext(__u8 nh)
 {
@@ -68,45 +59,44 @@ static __always_inline bool mac_eq(const __u8 *a, const __u8 *b)
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
 }
 
-/* Parsed inner packet. */
-struct inner {
-	__u8 saddr[16];
-	__u8 daddr[16];
-	__u32 l3_off;   /* from start of packet */
-	__u32 l3_len;   /* IP total length */
-	__u16 dport;    /* host order */
-	__u8 l4;        /* enum lanes_l4 */
-	__u8 v6;
-};
-
-/* parse_inner_l4 reads the inner destination port (TCP/UDP). Returns a
- * reason or -1 when fine. */
-static __always_inline int parse_inner_l4(void *l4h, void *data_end, __u8 proto, struct inner *in)
+/* eth_vlan: an Ethernet type of a VLAN tag (802.1Q, 802.1ad). */
+static __always_inline bool eth_vlan(__be16 proto)
 {
-	switch (proto) {
-	case IPPROTO_UDP: {
-		struct udphdr *u = l4h;
-		if ((void *)(u + 1) > data_end)
-			return R_TRUNCATED;
-		in->l4 = L4_UDP;
-		in->dport = bpf_ntohs(u->dest);
-		return -1;
+	return proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD);
+}
+
+/* lanes_ip parses the outer or inner IP header at off (Ethernet type
+ * proto) and makes the checks the lane makes of both: IP (else non_ip),
+ * all there, the version its Ethernet type says, IPv4 without options and
+ * not a fragment. Returns a reason or -1 when fine. */
+static __always_inline int lanes_ip(const struct ovl_pkt *p, __u32 off, __be16 proto, struct ovl_ip *ip, __u8 *saddr,
+				    __u8 *daddr, int non_ip)
+{
+	switch (ovl_parse_ip(p, off, proto, ip, saddr, daddr, NULL)) {
+	case 0:
+		break;
+	case OVL_NOT_IP:
+		return non_ip;
+	case OVL_TRUNCATED:
+		return R_TRUNCATED;
+	default:
+		return R_MALFORMED;
 	}
-	case IPPROTO_TCP: {
-		struct tcphdr *t = l4h;
-		if ((void *)(t + 1) > data_end)
-			return R_TRUNCATED;
-		in->l4 = L4_TCP;
-		in->dport = bpf_ntohs(t->dest);
-		return -1;
+	if (!ip->v6) {
+		if (ip->ihl != 5)
+			return R_IP_OPTIONS;
+		if (ip->frag)
+			return R_FRAGMENT;
 	}
-	case IPPROTO_ICMP:
-	case IPPROTO_ICMPV6:
-		in->l4 = L4_ICMP;
-		return -1;
-	}
-	in->l4 = L4_OTHER;
 	return -1;
+}
+
+/* lanes_l4_off is where the L4 header of ip (at off) starts: lanes_ip
+ * took no IPv4 options, so after the fixed header (a constant offset for
+ * the verifier's packet bounds, unlike ovl_ip.l4_off). */
+static __always_inline __u32 lanes_l4_off(__u32 off, const struct ovl_ip *ip)
+{
+	return off + (ip->v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
 }
 
 /* What the hook knows beyond the bytes. */
@@ -160,57 +150,46 @@ struct lanes_cls {
 };
 
 /* lanes_classify_inner classifies the inner frame at ieth (its first
- * bytes checked by the caller), inner_eth_off bytes into the packet, of a
+ * bytes checked by the caller), inner_eth_off bytes into packet p, of a
  * tunnel whose VNI and configuration the caller found. Returns -1 for a
  * high-priority packet to a known endpoint (c filled in, except the outer
  * fields) or the reason it takes the normal path. */
-static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_end, __u32 inner_eth_off,
+static __always_inline int lanes_classify_inner(const struct ovl_pkt *p, struct ethhdr *ieth, __u32 inner_eth_off,
 						const struct lanes_meta *meta, __u32 vni,
 						const struct lanes_vni_cfg *cfg, struct lanes_cls *c)
 {
-	if (ieth->h_proto == bpf_htons(ETH_P_8021Q) || ieth->h_proto == bpf_htons(ETH_P_8021AD))
+	if (eth_vlan(ieth->h_proto))
 		return R_VLAN;
 	if (ieth->h_dest[0] & 1)
 		return R_DST_MAC;
 
-	struct inner in = {};
-	in.l3_off = inner_eth_off + sizeof(*ieth);
-	int r;
-	if (ieth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(ieth + 1);
-		if ((void *)(ip + 1) > data_end)
-			return R_TRUNCATED;
-		if (ip->version != 4)
-			return R_MALFORMED;
-		if (ip->ihl != 5)
-			return R_IP_OPTIONS;
-		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-			return R_FRAGMENT;
-		in.l3_len = bpf_ntohs(ip->tot_len);
-		if (in.l3_len < sizeof(*ip))
-			return R_MALFORMED;
-		v4_mapped(in.saddr, ip->saddr);
-		v4_mapped(in.daddr, ip->daddr);
-		r = parse_inner_l4(ip + 1, data_end, ip->protocol, &in);
-	} else if (ieth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(ieth + 1);
-		if ((void *)(ip6 + 1) > data_end)
-			return R_TRUNCATED;
-		if (ip6->version != 6)
-			return R_MALFORMED;
-		if (ipv6_ext(ip6->nexthdr))
-			return R_IPV6_EXT;
-		in.l3_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
-		__builtin_memcpy(in.saddr, ip6->saddr, 16);
-		__builtin_memcpy(in.daddr, ip6->daddr, 16);
-		in.v6 = 1;
-		r = parse_inner_l4(ip6 + 1, data_end, ip6->nexthdr, &in);
-	} else {
-		return R_INNER_NON_IP;
-	}
+	struct ovl_ip ip;
+	__u8 saddr[16], daddr[16];
+	__u32 l3_off = inner_eth_off + sizeof(*ieth);
+	int r = lanes_ip(p, l3_off, ieth->h_proto, &ip, saddr, daddr, R_INNER_NON_IP);
 	if (r >= 0)
 		return r;
-	if (in.l3_off + in.l3_len > meta->len)
+	if (ip.v6) {
+		if (ipv6_ext(ip.proto))
+			return R_IPV6_EXT;
+	} else if (ip.len < sizeof(struct iphdr)) {
+		return R_MALFORMED;
+	}
+	/* L4 class and, for TCP and UDP (whole header there), the port. */
+	__u8 l4;
+	__u16 dport = 0;
+	__be16 ports[2];
+	switch (ovl_ports(p, lanes_l4_off(l3_off, &ip), ip.proto, true, ports, NULL)) {
+	case 0:
+		l4 = ip.proto == IPPROTO_UDP ? L4_UDP : L4_TCP;
+		dport = bpf_ntohs(ports[1]);
+		break;
+	case OVL_TRUNCATED:
+		return R_TRUNCATED;
+	default:
+		l4 = ip.proto == IPPROTO_ICMP || ip.proto == IPPROTO_ICMPV6 ? L4_ICMP : L4_OTHER;
+	}
+	if (l3_off + ip.len > meta->len)
 		return R_TRUNCATED;
 
 	/* Classify: the AND of every dimension's rule mask, cheapest first
@@ -219,11 +198,11 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
 	 * misses on its port and then costs no trie walk. */
 	__u64 mask = cfg->rule_mask;
 	if (mask) {
-		__u32 cls = in.l4;
+		__u32 cls = l4;
 		__u64 *pm = bpf_map_lookup_elem(&proto_masks, &cls);
 		__u64 l4m = pm ? *pm : 0;
-		if (in.l4 == L4_UDP || in.l4 == L4_TCP) {
-			__u32 idx = cls * 65536 + in.dport;
+		if (l4 == L4_UDP || l4 == L4_TCP) {
+			__u32 idx = cls * 65536 + dport;
 			__u64 *ports = bpf_map_lookup_elem(&port_masks, &idx);
 			if (ports)
 				l4m |= *ports;
@@ -231,9 +210,9 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
 		mask &= l4m;
 	}
 	if (mask)
-		mask &= lpm_mask(&dst_masks, in.daddr);
+		mask &= lpm_mask(&dst_masks, daddr);
 	if (mask)
-		mask &= lpm_mask(&src_masks, in.saddr);
+		mask &= lpm_mask(&src_masks, saddr);
 	if (!mask)
 		return R_NO_MATCH;
 	c->rule = lowest_bit(mask);
@@ -245,7 +224,7 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
 		if (!mac_eq(ieth->h_dest, cfg->dev_mac))
 			return R_DST_MAC;
 		ek.kind = EP_IP;
-		__builtin_memcpy(ek.addr, in.daddr, 16);
+		__builtin_memcpy(ek.addr, daddr, 16);
 	} else {
 		ek.kind = EP_MAC;
 		__builtin_memcpy(ek.addr, ieth->h_dest, 6);
@@ -253,7 +232,7 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
 	struct lanes_ep *ep = bpf_map_lookup_elem(&endpoints, &ek);
 	if (!ep)
 		return R_NO_ENDPOINT;
-	if (in.l3_len > ep->mtu)
+	if (ip.len > ep->mtu)
 		return R_MTU;
 	if (routed) {
 		__builtin_memcpy(c->dst_mac, ep->mac, 6);
@@ -264,22 +243,12 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
 	}
 	c->ttl = 0;
 	if (routed) {
-		if (in.v6) {
-			struct ipv6hdr *ip6 = (void *)(ieth + 1);
-			if ((void *)(ip6 + 1) > data_end)
-				return R_TRUNCATED;
-			c->ttl = ip6->hop_limit;
-		} else {
-			struct iphdr *ip = (void *)(ieth + 1);
-			if ((void *)(ip + 1) > data_end)
-				return R_TRUNCATED;
-			c->ttl = ip->ttl;
-		}
+		c->ttl = ip.ttl;
 		if (c->ttl <= 1)
 			return R_TTL;
 	}
 	c->ifindex = ep->ifindex;
-	c->inner_v6 = in.v6;
+	c->inner_v6 = ip.v6;
 	c->routed = routed;
 	return -1;
 }
@@ -288,34 +257,27 @@ static __always_inline int lanes_classify_inner(struct ethhdr *ieth, void *data_
  * (c filled in) or the reason it takes the normal path. */
 static __always_inline int lanes_classify(void *data, void *data_end, const struct lanes_meta *meta, struct lanes_cls *c)
 {
-	struct ethhdr *eth = data;
+	struct ovl_pkt p = {.data = data, .data_end = data_end, .access = OVL_DIRECT};
 	struct lanes_lpm_key addr = {.prefixlen = 128};
 	struct lanes_vtep_key peer = {};
-	__u32 outer_l3_len;
-	bool outer_v6;
-	void *l4;
 
-	/* Outer Ethernet. */
-	if ((void *)(eth + 1) > data_end)
+	/* Outer Ethernet and IP. */
+	struct ethhdr *eth = ovl_hdr(&p, 0, sizeof(*eth), NULL);
+	if (!eth)
 		return R_TRUNCATED;
-	if (meta->vlan_present || eth->h_proto == bpf_htons(ETH_P_8021Q) || eth->h_proto == bpf_htons(ETH_P_8021AD))
+	if (meta->vlan_present || eth_vlan(eth->h_proto))
 		return R_VLAN;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) > data_end)
-			return R_TRUNCATED;
-		if (ip->version != 4)
-			return R_MALFORMED;
-		if (ip->ihl != 5)
-			return R_IP_OPTIONS;
-		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-			return R_FRAGMENT;
-		if (ip->protocol != IPPROTO_UDP)
-			return R_NOT_VXLAN;
-		if (bpf_ntohs(ip->tot_len) + sizeof(*eth) > meta->len)
-			return R_TRUNCATED;
+	struct ovl_ip ip;
+	int r = lanes_ip(&p, sizeof(*eth), eth->h_proto, &ip, peer.addr, addr.addr, R_NON_IP);
+	if (r >= 0)
+		return r;
+	if (ip.proto != IPPROTO_UDP)
+		return ip.v6 && ipv6_ext(ip.proto) ? R_IPV6_EXT : R_NOT_VXLAN;
+	if (ip.len + sizeof(*eth) > meta->len)
+		return R_TRUNCATED;
+	if (!ip.v6) {
 		/* ip_rcv has not run yet: check the header checksum here. */
-		__u16 *w = (void *)ip;
+		const __u16 *w = ip.hdr;
 		__u32 sum = 0;
 #pragma unroll
 		for (int i = 0; i < 10; i++)
@@ -324,45 +286,25 @@ static __always_inline int lanes_classify(void *data, void *data_end, const stru
 		sum = (sum & 0xffff) + (sum >> 16);
 		if (sum != 0xffff)
 			return R_OUTER_CSUM;
-		v4_mapped(addr.addr, ip->daddr);
-		v4_mapped(peer.addr, ip->saddr);
-		outer_l3_len = sizeof(*ip);
-		outer_v6 = false;
-		l4 = ip + 1;
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-		if ((void *)(ip6 + 1) > data_end)
-			return R_TRUNCATED;
-		if (ip6->version != 6)
-			return R_MALFORMED;
-		if (ip6->nexthdr != IPPROTO_UDP)
-			return ipv6_ext(ip6->nexthdr) ? R_IPV6_EXT : R_NOT_VXLAN;
-		if (bpf_ntohs(ip6->payload_len) + sizeof(*ip6) + sizeof(*eth) > meta->len)
-			return R_TRUNCATED;
-		__builtin_memcpy(addr.addr, ip6->daddr, 16);
-		__builtin_memcpy(peer.addr, ip6->saddr, 16);
-		outer_l3_len = sizeof(*ip6);
-		outer_v6 = true;
-		l4 = ip6 + 1;
-	} else {
-		return R_NON_IP;
 	}
+	__u32 outer_l3_len = ip.v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	__u32 udp_off = sizeof(*eth) + outer_l3_len;
 
 	/* Outer UDP and VXLAN. */
-	struct udphdr *udp = l4;
-	if ((void *)(udp + 1) > data_end)
+	struct udphdr *udp = ovl_hdr(&p, udp_off, sizeof(*udp), NULL);
+	if (!udp)
 		return R_TRUNCATED;
 	__u16 port = bpf_ntohs(udp->dest);
 	if (!bpf_map_lookup_elem(&vxlan_ports, &port))
 		return R_NOT_VXLAN;
 	if (!pkt_host(meta, eth) || !bpf_map_lookup_elem(&local_addrs, &addr))
 		return R_NOT_HOST;
-	struct vxlanhdr *vx = (void *)(udp + 1);
-	if ((void *)(vx + 1) > data_end)
+	struct vxlanhdr *vx = ovl_hdr(&p, ovl_vxlan_off(udp_off), sizeof(*vx), NULL);
+	if (!vx)
 		return R_TRUNCATED;
 	if (vx->vx_flags != bpf_htonl(VXLAN_HF_VNI) || (vx->vx_vni & bpf_htonl(0xff)))
 		return R_VXLAN_FLAGS;
-	__u32 vni = bpf_ntohl(vx->vx_vni) >> 8;
+	__u32 vni = ovl_vni(vx);
 	struct lanes_vni_cfg *cfg = bpf_map_lookup_elem(&vnis, &vni);
 	if (!cfg)
 		return R_UNKNOWN_VNI;
@@ -379,15 +321,16 @@ static __always_inline int lanes_classify(void *data, void *data_end, const stru
 		return R_GSO;
 
 	/* Inner Ethernet. */
-	struct ethhdr *ieth = (void *)(vx + 1);
-	if ((void *)(ieth + 1) > data_end)
+	__u32 inner_off = ovl_inner_off(udp_off);
+	struct ethhdr *ieth = ovl_hdr(&p, inner_off, sizeof(*ieth), NULL);
+	if (!ieth)
 		return R_TRUNCATED;
-	int r = lanes_classify_inner(ieth, data_end, sizeof(*eth) + outer_l3_len + sizeof(*udp) + sizeof(*vx), meta, vni, cfg, c);
+	r = lanes_classify_inner(&p, ieth, inner_off, meta, vni, cfg, c);
 	if (r >= 0)
 		return r;
 	c->outer_l3_len = outer_l3_len;
-	c->pop = outer_l3_len + sizeof(*udp) + sizeof(*vx);
-	c->outer_v6 = outer_v6;
+	c->pop = inner_off - sizeof(*eth);
+	c->outer_v6 = ip.v6;
 	return -1;
 }
 

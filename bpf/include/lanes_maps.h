@@ -7,21 +7,18 @@
 #include "lanes_structs.h"
 
 /* Policy: a packet is high priority when the AND of these masks is not 0. */
-struct {
-	__uint(type, LANES_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 4096);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct lanes_lpm_key);
-	__type(value, __u64);
-} dst_masks SEC(".maps");
 
-struct {
+/* Inner destination (dst_masks) or source (src_masks) prefix -> rules
+ * whose prefix contains it. */
+struct lanes_lpm_masks {
 	__uint(type, LANES_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 4096);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lanes_lpm_key);
 	__type(value, __u64);
-} src_masks SEC(".maps");
+};
+struct lanes_lpm_masks dst_masks SEC(".maps");
+struct lanes_lpm_masks src_masks SEC(".maps");
 
 /* class * 65536 + destination port -> rules with that port. */
 struct {

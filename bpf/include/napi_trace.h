@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Structures napi_trace.c shares with Go (internal/trace). Every struct
- * names its Go twin; internal/trace's TestLayoutMatchesC compares sizes and
- * offsets against the BTF of the compiled object. Keep fields naturally
- * aligned with explicit padding. */
+/* Structures napi_trace.c shares with Go (internal/trace), whose Go types
+ * bpf2go generates (the -type flags in internal/trace/gen.go). Keep fields
+ * naturally aligned with explicit padding: Go decodes poll_event with
+ * encoding/binary, which packs fields. */
 #ifndef RXLANE_NAPI_TRACE_H
 #define RXLANE_NAPI_TRACE_H
 
@@ -11,7 +11,7 @@
 
 #define HIST_BUCKETS 40 /* log2(ns) buckets: [2^i, 2^(i+1)) ns, up to ~18 min */
 
-/* Packet events, keyed by skb address. Go twin: trace.Event* constants. */
+/* Packet events, keyed by skb address. Go: trace.ev* constants. */
 enum skb_event {
 	EV_NONE = 0,
 	EV_XMIT = 1,      /* net:net_dev_start_xmit, device = the xmit device */
@@ -22,7 +22,7 @@ enum skb_event {
 	EV_MAX = 6,
 };
 
-/* Per-CPU error counters, index = reason. Go twin: trace.err* constants. */
+/* Per-CPU error counters, index = reason. Go: trace.err* constants. */
 enum err_reason {
 	ERR_RINGBUF_FULL = 0,
 	ERR_INFLIGHT_UPDATE = 1,
@@ -31,7 +31,7 @@ enum err_reason {
 	ERR_MAX = 4,
 };
 
-/* One napi:napi_poll call. Go twin: pollEvent (internal/trace/structs.go). */
+/* One napi:napi_poll call. Go: pollEvent (internal/trace/structs.go). */
 struct poll_event {
 	u64 ts_ns;     /* bpf_ktime_get_ns at the tracepoint (end of the poll) */
 	u64 seq;       /* per-CPU poll sequence number, from 1 */
@@ -45,14 +45,14 @@ struct poll_event {
 	char dev[IFNAMSIZ]; /* empty for the per-CPU backlog */
 };
 
-/* Key of the per-CPU poll counters. Go twin: devKey. */
+/* Key of the per-CPU poll counters. Go: devKey. */
 struct dev_key {
 	char name[IFNAMSIZ];
 	u32 ifindex;
 	u32 netns;
 };
 
-/* Value of the per-CPU poll counters. Go twin: pollCount. */
+/* Value of the per-CPU poll counters. Go: pollCount. */
 struct poll_count {
 	u64 polls;
 	u64 work;
@@ -60,7 +60,7 @@ struct poll_count {
 };
 
 /* Key of a stage-delay histogram: from one (event, device) to the next
- * event of the same skb. Go twin: stageKey. */
+ * event of the same skb. Go: stageKey. */
 struct stage_key {
 	u8 from_ev;
 	u8 to_ev;
@@ -69,14 +69,14 @@ struct stage_key {
 	char to_dev[IFNAMSIZ];
 };
 
-/* A per-CPU log2 histogram of delays in ns. Go twin: hist. */
+/* A per-CPU log2 histogram of delays in ns. Go: hist. */
 struct hist {
 	u64 count;
 	u64 sum_ns;
 	u64 buckets[HIST_BUCKETS];
 };
 
-/* Key of the per-CPU packet-event counters. Go twin: evKey. */
+/* Key of the per-CPU packet-event counters. Go: evKey. */
 struct ev_key {
 	u8 ev;
 	u8 pad[3];

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Structs and constants shared between bpf/steer.c and internal/steer.
- * Every struct names its Go twin; internal/steer's layout test checks sizes
- * and offsets against the committed object's BTF. */
+ * bpf2go generates their Go types (the -type flags in internal/steer/gen.go);
+ * every struct names the Go name the package uses. Those still written by
+ * hand in internal/steer/structs.go are checked by its layout test against
+ * the committed object's BTF. */
 #ifndef RXLANE_STEER_STRUCTS_H
 #define RXLANE_STEER_STRUCTS_H
 

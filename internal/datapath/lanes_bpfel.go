@@ -29,6 +29,37 @@ type lanesLanesEpKey struct {
 	Addr [16]uint8
 }
 
+type lanesLanesEpKind uint32
+
+const (
+	lanesLanesEpKindEP_MAC lanesLanesEpKind = 0
+	lanesLanesEpKindEP_IP  lanesLanesEpKind = 1
+)
+
+type lanesLanesFwd uint32
+
+const (
+	lanesLanesFwdFWD_BRIDGE lanesLanesFwd = 0
+	lanesLanesFwdFWD_ROUTED lanesLanesFwd = 1
+)
+
+type lanesLanesL4 uint32
+
+const (
+	lanesLanesL4L4UDP   lanesLanesL4 = 0
+	lanesLanesL4L4TCP   lanesLanesL4 = 1
+	lanesLanesL4L4ICMP  lanesLanesL4 = 2
+	lanesLanesL4L4OTHER lanesLanesL4 = 3
+)
+
+type lanesLanesLane uint32
+
+const (
+	lanesLanesLaneLANE_LOW  lanesLanesLane = 0
+	lanesLanesLaneLANE_HIGH lanesLanesLane = 1
+	lanesLanesLaneLANE_MAX  lanesLanesLane = 2
+)
+
 type lanesLanesLaneStats struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -40,6 +71,34 @@ type lanesLanesLpmKey struct {
 	Prefixlen uint32
 	Addr      [16]uint8
 }
+
+type lanesLanesReason uint32
+
+const (
+	lanesLanesReasonR_NO_MATCH     lanesLanesReason = 0
+	lanesLanesReasonR_NON_IP       lanesLanesReason = 1
+	lanesLanesReasonR_VLAN         lanesLanesReason = 2
+	lanesLanesReasonR_NOT_HOST     lanesLanesReason = 3
+	lanesLanesReasonR_TRUNCATED    lanesLanesReason = 4
+	lanesLanesReasonR_MALFORMED    lanesLanesReason = 5
+	lanesLanesReasonR_IP_OPTIONS   lanesLanesReason = 6
+	lanesLanesReasonR_FRAGMENT     lanesLanesReason = 7
+	lanesLanesReasonR_IPV6EXT      lanesLanesReason = 8
+	lanesLanesReasonR_NOT_VXLAN    lanesLanesReason = 9
+	lanesLanesReasonR_VXLAN_FLAGS  lanesLanesReason = 10
+	lanesLanesReasonR_UNKNOWN_VNI  lanesLanesReason = 11
+	lanesLanesReasonR_UNKNOWN_VTEP lanesLanesReason = 12
+	lanesLanesReasonR_OUTER_CSUM   lanesLanesReason = 13
+	lanesLanesReasonR_GSO          lanesLanesReason = 14
+	lanesLanesReasonR_INNER_NON_IP lanesLanesReason = 15
+	lanesLanesReasonR_DST_MAC      lanesLanesReason = 16
+	lanesLanesReasonR_NO_ENDPOINT  lanesLanesReason = 17
+	lanesLanesReasonR_TTL          lanesLanesReason = 18
+	lanesLanesReasonR_MTU          lanesLanesReason = 19
+	lanesLanesReasonR_DECAP        lanesLanesReason = 20
+	lanesLanesReasonR_DECAP_DROP   lanesLanesReason = 21
+	lanesLanesReasonR_MAX          lanesLanesReason = 22
+)
 
 type lanesLanesRuleStats struct {
 	_            structs.HostLayout

@@ -141,10 +141,10 @@ func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, skip bool) erro
 			fwd = fwdRouted
 		}
 		routed[tn.VNI] = tn.Routed
-		vnis[tn.VNI] = vniConfig{RuleMask: t.VNIMask(tn.VNI), VxlanIfindex: uint32(tn.Ifindex), Fwd: fwd, DevMAC: mac6(tn.MAC), Port: htons(tn.Port)}
+		vnis[tn.VNI] = vniConfig{RuleMask: t.VNIMask(tn.VNI), VxlanIfindex: uint32(tn.Ifindex), Fwd: fwd, DevMac: mac6(tn.MAC), Port: htons(tn.Port)}
 		ports[tn.Port] = 1
 		for _, p := range tn.Peers {
-			vteps[vtepKey{VNI: tn.VNI, Addr: mapped(p)}] = 1
+			vteps[vtepKey{Vni: tn.VNI, Addr: mapped(p)}] = 1
 		}
 	}
 	eps := map[endpointKey]endpoint{}
@@ -156,7 +156,7 @@ func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, skip bool) erro
 		if !ok {
 			continue
 		}
-		k := endpointKey{VNI: e.VNI, Kind: epMAC}
+		k := endpointKey{Vni: e.VNI, Kind: epMAC}
 		if r {
 			if !e.IP.IsValid() {
 				continue
@@ -166,7 +166,7 @@ func writeTopology(o *lanesMaps, topo Topology, t policy.Tables, skip bool) erro
 		} else {
 			copy(k.Addr[:], e.MAC)
 		}
-		eps[k] = endpoint{Ifindex: uint32(e.Ifindex), MTU: uint32(e.MTU), MAC: mac6(e.MAC), SrcMAC: mac6(e.SrcMAC)}
+		eps[k] = endpoint{Ifindex: uint32(e.Ifindex), Mtu: uint32(e.MTU), Mac: mac6(e.MAC), SrcMac: mac6(e.SrcMAC)}
 	}
 	// Endpoints and peers first, tunnels last: a VNI is served only once
 	// everything it needs is there.

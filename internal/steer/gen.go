@@ -4,4 +4,4 @@
 // RPS hash) and of the stages' rps_cpus. See docs/steer.md.
 package steer
 
-//go:generate go tool bpf2go -tags linux -target bpfel steer ../../bpf/steer.c -- -mcpu=v3 -Wall -Werror -I../../bpf/include
+//go:generate go tool bpf2go -tags linux -target bpfel -type steer_cfg -type steer_cpu -type steer_dev -type steer_tunnel_key -type steer_ep_key -type steer_ip_key -type steer_flow_key -type steer_flow -type steer_guard -type steer_cpumap_val steer ../../bpf/steer.c -- -mcpu=v3 -Wall -Werror -I../../bpf/include

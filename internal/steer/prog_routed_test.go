@@ -109,7 +109,7 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 		{"inner IPv6 under IPv6", "fd00:18::1", "fd00:18::2", "fd00:7::1", "fd00:7::2"},
 	}
 	for _, tc := range entry {
-		putWire(t, o, devIdx, devEntry, steerDev{StageID: vxIdx})
+		putWire(t, o, devIdx, devEntry, steerDev{StageId: vxIdx})
 		for sport := uint16(5000); sport < 5016; sport++ {
 			in := l4(sport, 7000, 32)
 			var frame []byte
@@ -135,7 +135,7 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 	// The VXLAN device of a routed tunnel: the next stage is the
 	// container device of the inner destination address; an address of
 	// no endpoint keeps the device's own stage id.
-	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: fallback, Flags: devByIP}); err != nil {
+	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageId: fallback, Flags: devByIP}); err != nil {
 		t.Fatal(err)
 	}
 	routed := []struct {
@@ -162,7 +162,7 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 
 	// A MAC-keyed device does not look at addresses: the bridged rule is
 	// unchanged.
-	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageID: fallback, Flags: devByMAC}); err != nil {
+	if err := o.SteerDevs.Put(uint32(devIdx), steerDev{StageId: fallback, Flags: devByMAC}); err != nil {
 		t.Fatal(err)
 	}
 	run(eth(vxMAC, 0x0800, ip4("10.7.1.1", "10.7.0.2", 6, 0, l4(6001, 7000, 32))))
@@ -178,12 +178,12 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 func TestEntryKeyedApart(t *testing.T) {
 	o := loadOn(t, 2, 0)
 	const idx, vxIdx, ctIdx = 1, 5, 9 // both "devices" are lo (1) in a test run
-	putWire(t, o, idx|devKeyWire, devEntry, steerDev{StageID: vxIdx})
-	if err := o.SteerDevs.Put(uint32(idx), steerDev{StageID: 77, Flags: devByMAC}); err != nil {
+	putWire(t, o, idx|devKeyWire, devEntry, steerDev{StageId: vxIdx})
+	if err := o.SteerDevs.Put(uint32(idx), steerDev{StageId: 77, Flags: devByMAC}); err != nil {
 		t.Fatal(err)
 	}
 	var k endpointKey
-	copy(k.MAC[:], ctrMAC)
+	copy(k.Mac[:], ctrMAC)
 	if err := o.SteerEndpoints.Put(k, uint32(ctIdx)); err != nil {
 		t.Fatal(err)
 	}
@@ -223,9 +223,9 @@ func TestLocalGoesDirect(t *testing.T) {
 	o := loadOn(t, len(cpus), flagLocal)
 	defer pinThread(t, 0)()
 	const devIdx, vxIdx, ctIdx = 1, 5, 9
-	putWire(t, o, devIdx, devEntry, steerDev{StageID: vxIdx, Flags: devChainMAC, NextStageID: 77})
+	putWire(t, o, devIdx, devEntry, steerDev{StageId: vxIdx, Flags: devChainMAC, NextStageId: 77})
 	var k endpointKey
-	copy(k.MAC[:], ctrMAC)
+	copy(k.Mac[:], ctrMAC)
 	if err := o.SteerEndpoints.Put(k, uint32(ctIdx)); err != nil {
 		t.Fatal(err)
 	}

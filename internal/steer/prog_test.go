@@ -22,12 +22,11 @@ func TestLayoutMatchesC(t *testing.T) {
 		c   string
 		go_ any
 	}{
+		// Hand-written (structs.go); steerDev, endpointKey, endpointIPKey
+		// and steerCpumapVal are generated.
 		{"steer_cfg", steerConfig{}},
 		{"steer_cpu", steerCPU{}},
-		{"steer_dev", steerDev{}},
 		{"steer_tunnel_key", tunnelKey{}},
-		{"steer_ep_key", endpointKey{}},
-		{"steer_ip_key", endpointIPKey{}},
 		{"steer_flow_key", flowKey{}},
 		{"steer_flow", flowEntry{}},
 		{"steer_guard", guardEntry{}},
@@ -136,12 +135,12 @@ func TestProgramWritesRPSHash(t *testing.T) {
 			}
 		}
 		if encapDev {
-			putWire(t, &o, wireIdx, devEntry, steerDev{StageID: vxIdx})
-		} else if err := o.SteerDevs.Put(uint32(wireIdx), steerDev{StageID: 77, Flags: devByMAC}); err != nil {
+			putWire(t, &o, wireIdx, devEntry, steerDev{StageId: vxIdx})
+		} else if err := o.SteerDevs.Put(uint32(wireIdx), steerDev{StageId: 77, Flags: devByMAC}); err != nil {
 			t.Fatal(err)
 		}
 		var k endpointKey
-		copy(k.MAC[:], ctrMAC)
+		copy(k.Mac[:], ctrMAC)
 		if err := o.SteerEndpoints.Put(k, uint32(ctIdx)); err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +281,7 @@ func TestGuardDefersWhileInFlight(t *testing.T) {
 	}
 	defer o.Close()
 	const wireIdx, vxIdx, n = 1, 5, 4
-	putWire(t, &o, wireIdx, devEntry, steerDev{StageID: vxIdx})
+	putWire(t, &o, wireIdx, devEntry, steerDev{StageId: vxIdx})
 	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: n, Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst}); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +398,7 @@ func TestGuardOffGoesDirect(t *testing.T) {
 	}
 	defer o.Close()
 	const wireIdx, vxIdx, n = 1, 5, 4
-	putWire(t, &o, wireIdx, devEntry, steerDev{StageID: vxIdx})
+	putWire(t, &o, wireIdx, devEntry, steerDev{StageId: vxIdx})
 	for i := range n {
 		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i)}); err != nil {
 			t.Fatal(err)

@@ -231,11 +231,11 @@ func planTunnels(paths []tunnelPath, o Options, st *State, objs *steerObjects) (
 			st.Warnings = append(st.Warnings, "no container endpoint found behind "+p.tunnel.Name+" (no veth port on its bridge, or no route with a resolved neighbour to a local veth): "+
 				"the veth stage is not steered and the in-flight guard cannot see deliveries, so a flow's stage CPU changes only after the flow was idle 500 ms")
 		}
-		tv := steerDev{StageID: uint32(p.vxIndex)}
+		tv := steerDev{StageId: uint32(p.vxIndex)}
 		if want("veth") && len(p.endpoint) > 0 {
 			for _, e := range p.endpoint {
 				for _, m := range e.macs {
-					if err := objs.SteerEndpoints.Put(endpointKey{MAC: m}, uint32(e.ifindex)); err != nil {
+					if err := objs.SteerEndpoints.Put(endpointKey{Mac: m}, uint32(e.ifindex)); err != nil {
 						return nil, nil, fmt.Errorf("write steer endpoints: %w", err)
 					}
 				}
@@ -250,8 +250,8 @@ func planTunnels(paths []tunnelPath, o Options, st *State, objs *steerObjects) (
 			// address behind routing (there the inner MAC is the VXLAN
 			// device's own). The entry checks that choice too before it
 			// sends a packet direct (flagLocal).
-			dv := steerDev{StageID: uint32(p.endpoint[0].ifindex), Flags: devByMAC}
-			tv.Flags, tv.NextStageID = devChainMAC, dv.StageID
+			dv := steerDev{StageId: uint32(p.endpoint[0].ifindex), Flags: devByMAC}
+			tv.Flags, tv.NextStageId = devChainMAC, dv.StageId
 			if p.tunnel.Routed {
 				dv.Flags, tv.Flags = devByIP, devChainIP
 			}

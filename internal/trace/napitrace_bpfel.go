@@ -33,6 +33,16 @@ type napiTraceDevName struct {
 	Name [16]int8
 }
 
+type napiTraceErrReason uint32
+
+const (
+	napiTraceErrReasonERR_RINGBUF_FULL    napiTraceErrReason = 0
+	napiTraceErrReasonERR_INFLIGHT_UPDATE napiTraceErrReason = 1
+	napiTraceErrReasonERR_HIST_UPDATE     napiTraceErrReason = 2
+	napiTraceErrReasonERR_COUNTER_UPDATE  napiTraceErrReason = 3
+	napiTraceErrReasonERR_MAX             napiTraceErrReason = 4
+)
+
 type napiTraceEvKey struct {
 	_     structs.HostLayout
 	Ev    uint8
@@ -63,6 +73,32 @@ type napiTracePollCount struct {
 	Work  uint64
 	Full  uint64
 }
+
+type napiTracePollEvent struct {
+	_         structs.HostLayout
+	TsNs      uint64
+	Seq       uint64
+	Softirq   uint64
+	Cpu       uint32
+	Iteration uint32
+	Ifindex   uint32
+	Netns     uint32
+	Work      int32
+	Budget    int32
+	Dev       [16]int8
+}
+
+type napiTraceSkbEvent uint32
+
+const (
+	napiTraceSkbEventEV_NONE      napiTraceSkbEvent = 0
+	napiTraceSkbEventEV_XMIT      napiTraceSkbEvent = 1
+	napiTraceSkbEventEV_GRO       napiTraceSkbEvent = 2
+	napiTraceSkbEventEV_NETIF_RX  napiTraceSkbEvent = 3
+	napiTraceSkbEventEV_RECEIVE   napiTraceSkbEvent = 4
+	napiTraceSkbEventEV_SOCK_COPY napiTraceSkbEvent = 5
+	napiTraceSkbEventEV_MAX       napiTraceSkbEvent = 6
+)
 
 type napiTraceStageKey struct {
 	_       structs.HostLayout

@@ -123,7 +123,7 @@ type Lost struct {
 }
 
 // Name of a device in reports.
-func deviceName(raw []byte) string {
+func deviceName(raw []int8) string {
 	if n := cString(raw); n != "" {
 		return n
 	}
@@ -193,8 +193,8 @@ func (t *Tracer) report(end time.Time) (*Report, error) {
 	}
 	r.Lost.PollsTruncated = truncated
 	sort.Slice(polls, func(i, j int) bool {
-		if polls[i].CPU != polls[j].CPU {
-			return polls[i].CPU < polls[j].CPU
+		if polls[i].Cpu != polls[j].Cpu {
+			return polls[i].Cpu < polls[j].Cpu
 		}
 		return polls[i].Seq < polls[j].Seq
 	})
@@ -207,7 +207,7 @@ func (t *Tracer) report(end time.Time) (*Report, error) {
 	}
 	for _, p := range polls {
 		r.Polls = append(r.Polls, Poll{
-			CPU: int(p.CPU), Seq: p.Seq, Softirq: p.Softirq, Iteration: p.Iteration,
+			CPU: int(p.Cpu), Seq: p.Seq, Softirq: p.Softirq, Iteration: p.Iteration,
 			Device: deviceName(p.Dev[:]), Ifindex: p.Ifindex, Netns: p.Netns,
 			Work: int(p.Work), Budget: int(p.Budget), TimeNS: int64(p.TsNs) - startMono,
 		})
