@@ -176,6 +176,9 @@ func (s *System) ReadJournal() (*Journal, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNotApplied
 	}
+	if err != nil && journal.NoBegin(s.journalPath()) {
+		return &Journal{}, nil // killed while creating it: nothing changed
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -94,6 +94,11 @@ func loadState(path string) (*State, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil && journal.NoBegin(path) {
+		// Killed while creating it: nothing was changed; disable
+		// removes it.
+		return &State{Interrupted: true}, nil
+	}
 	if err != nil {
 		// A state file of an rxlane before the journal: one JSON State.
 		var s State
