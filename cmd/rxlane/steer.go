@@ -3,14 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/rxlane/rxlane/internal/isolate"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/steer"
 	"github.com/spf13/cobra"
 )
@@ -24,22 +23,16 @@ type steerFlags struct {
 }
 
 // stateFile checks --netns (a name in /run/netns, a namespace file's path,
-// or empty for this namespace) and names the state file after it.
+// or empty for this namespace) and names the state file after the
+// namespace's identity (its nsfs inode), not the spelling: "X",
+// "/run/netns/X", "/var/run/netns/X" and a /proc/PID/ns/net of a process
+// in it are one state file.
 func (f *steerFlags) stateFile() (string, error) {
-	name := "host"
-	if f.netns != "" {
-		p := f.netns
-		if !strings.Contains(p, "/") {
-			p = filepath.Join("/run/netns", p)
-		}
-		if _, err := os.Stat(p); err != nil {
-			return "", usagef("--netns %q: %v", f.netns, err)
-		}
-		// A path in /run/netns is the same namespace as its name: one
-		// state file for both spellings.
-		name = stateName(steer.NetnsRef(f.netns))
+	r, err := netns.Resolve(f.netns)
+	if err != nil {
+		return "", usagef("--netns %q: %v", f.netns, err)
 	}
-	return filepath.Join(f.stateDir, name+".json"), nil
+	return filepath.Join(f.stateDir, r.ID()+".json"), nil
 }
 
 func newSteerCmd() *cobra.Command {
@@ -232,6 +225,11 @@ func newSteerStatusCmd(f *steerFlags) *cobra.Command {
 func printSteerStatus(w io.Writer, st steer.Status) error {
 	if !st.Enabled {
 		_, err := fmt.Fprintln(w, "steering is not enabled")
+		return err
+	}
+	if st.State != nil && st.State.Interrupted {
+		_, err := fmt.Fprintf(w, "interrupted: an enable was killed before it completed (%d filters, %d rps_cpus journaled); run 'rxlane steer disable' to restore the host\n",
+			len(st.State.Attachments), len(st.State.RPS))
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

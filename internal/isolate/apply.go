@@ -1,32 +1,27 @@
 package isolate
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/rxlane/rxlane/internal/journal"
 	"golang.org/x/sys/unix"
 )
 
-// The journal is a JSON-lines file: a "begin" record with the plan, then
-// for every change a "change" record holding the value it replaces, written
-// and fsynced before the change is made, then "commit". Revert restores the
-// "change" records in reverse order, so it undoes a completed apply and an
-// apply that was killed half way alike; only then is the journal removed.
+// The journal (internal/journal) begins with the plan, then holds for
+// every change an intent "change" with the Change and the value it
+// replaces, written and fsynced before the change is made, then the commit.
+// Revert restores the changes in reverse order, so it undoes a completed
+// apply and an apply that was killed half way alike; only then is the
+// journal removed.
 const journalName = "journal.jsonl"
 
-type record struct {
-	Type   string  `json:"type"` // begin, change, commit
-	Time   string  `json:"time,omitempty"`
-	Plan   *Plan   `json:"plan,omitempty"`
-	Seq    int     `json:"seq,omitempty"`
-	Change *Change `json:"change,omitempty"`
-}
+// kindChange is the journal intent of one Change.
+const kindChange = "change"
 
 var (
 	// ErrApplied: an isolation is applied (or an apply was interrupted)
@@ -90,73 +85,35 @@ func (s *System) set(c Change, val string, absent, newValue bool) error {
 	return s.writeFile(c.Netns, c.Path, val)
 }
 
-func writeFileAtomic(p, val string) error {
-	tmp := p + ".rxlane-tmp"
-	if err := os.WriteFile(tmp, []byte(val), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
-}
-
-type journal struct {
-	f   *os.File
-	enc *json.Encoder
-}
-
-func (j *journal) write(r record) error {
-	r.Time = time.Now().UTC().Format(time.RFC3339Nano)
-	if err := j.enc.Encode(r); err != nil {
-		return fmt.Errorf("write journal: %w", err)
-	}
-	if err := j.f.Sync(); err != nil {
-		return fmt.Errorf("sync journal: %w", err)
-	}
-	return nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
+func writeFileAtomic(p, val string) error { return journal.WriteFile(p, []byte(val), 0o644) }
 
 // Apply makes the plan's changes, all or nothing. Each value is re-read and
 // journaled (fsynced) before it is changed; if a change fails, every change
 // made so far is restored and the journal removed. It refuses to run while
 // another isolation is applied. It returns the number of values changed.
 func (s *System) Apply(p *Plan) (int, error) {
-	dir := s.stateDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("create state dir: %w", err)
-	}
-	f, err := os.OpenFile(s.journalPath(), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if errors.Is(err, os.ErrExist) {
+	l, err := journal.Create(s.journalPath(), p)
+	if errors.Is(err, journal.ErrExists) {
 		return 0, ErrApplied
 	}
 	if err != nil {
-		return 0, fmt.Errorf("create journal: %w", err)
+		return 0, err
 	}
-	j := &journal{f: f, enc: json.NewEncoder(f)}
-	syncDir(dir)
 	var done []Change
 	fail := func(cause error) (int, error) {
 		if errors.Is(cause, errSimulatedCrash) {
-			f.Close() // the process "died": no rollback, the journal stays
+			l.Close() // the process "died": no rollback, the journal stays
 			return 0, cause
 		}
 		rerr := s.restore(done)
-		f.Close()
+		l.Close()
 		if rerr != nil {
 			return 0, fmt.Errorf("%w; rollback failed, journal kept at %s for 'rxlane isolate revert': %w", cause, s.journalPath(), rerr)
 		}
-		if err := os.Remove(s.journalPath()); err != nil {
+		if err := journal.Remove(s.journalPath()); err != nil {
 			return 0, fmt.Errorf("%w; rolled back, but remove journal: %w", cause, err)
 		}
 		return 0, fmt.Errorf("%w; everything was rolled back", cause)
-	}
-	if err := j.write(record{Type: "begin", Plan: p}); err != nil {
-		return fail(err)
 	}
 	seq := 0
 	for _, c := range p.Changes {
@@ -169,7 +126,7 @@ func (s *System) Apply(p *Plan) (int, error) {
 			continue
 		}
 		seq++
-		if err := j.write(record{Type: "change", Seq: seq, Change: &c}); err != nil {
+		if err := l.Intent(kindChange, c); err != nil {
 			return fail(err)
 		}
 		// From here the value may be half-changed: restore it too.
@@ -183,11 +140,8 @@ func (s *System) Apply(p *Plan) (int, error) {
 			return fail(fmt.Errorf("change %s to %q: %w", c.Object, c.New, err))
 		}
 	}
-	if err := j.write(record{Type: "commit"}); err != nil {
+	if err := l.Commit(); err != nil {
 		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		return fail(fmt.Errorf("close journal: %w", err))
 	}
 	return len(done), nil
 }
@@ -218,36 +172,33 @@ type Journal struct {
 
 // ReadJournal reads the journal of the applied isolation.
 func (s *System) ReadJournal() (*Journal, error) {
-	f, err := os.Open(s.journalPath())
+	c, err := journal.Read(s.journalPath())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNotApplied
 	}
+	if err != nil && journal.NoBegin(s.journalPath()) {
+		return &Journal{}, nil // killed while creating it: nothing changed
+	}
 	if err != nil {
-		return nil, fmt.Errorf("open journal: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	j := &Journal{}
+	j := &Journal{Committed: c.Committed}
+	if err := json.Unmarshal(c.Begin, &j.Plan); err != nil {
+		return nil, fmt.Errorf("journal %s: plan: %w", s.journalPath(), err)
+	}
 	seen := map[int]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		var r record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			break // a record torn by a crash: nothing after it was changed
+	for _, r := range c.Intents {
+		if r.Kind != kindChange || seen[r.Seq] {
+			continue
 		}
-		switch r.Type {
-		case "begin":
-			j.Plan = r.Plan
-		case "change":
-			if r.Change != nil && !seen[r.Seq] {
-				seen[r.Seq] = true
-				j.Changes = append(j.Changes, *r.Change)
-			}
-		case "commit":
-			j.Committed = true
+		var ch Change
+		if err := json.Unmarshal(r.Data, &ch); err != nil {
+			return nil, fmt.Errorf("journal %s: change %d: %w", s.journalPath(), r.Seq, err)
 		}
+		seen[r.Seq] = true
+		j.Changes = append(j.Changes, ch)
 	}
-	return j, sc.Err()
+	return j, nil
 }
 
 // Revert restores every journaled value, last change first, then removes
@@ -261,10 +212,9 @@ func (s *System) Revert() (int, error) {
 	if err := s.restore(j.Changes); err != nil {
 		return 0, fmt.Errorf("revert (journal kept, run revert again): %w", err)
 	}
-	if err := os.Remove(s.journalPath()); err != nil {
+	if err := journal.Remove(s.journalPath()); err != nil {
 		return len(j.Changes), fmt.Errorf("remove journal: %w", err)
 	}
-	syncDir(s.stateDir())
 	return len(j.Changes), nil
 }
 

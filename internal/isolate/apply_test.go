@@ -254,3 +254,35 @@ func TestBacklogIsJournaled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRevertAfterCrashWhileCreatingJournal: a journal without its begin
+// record (killed while creating it) changed nothing: status says an apply
+// was interrupted, apply refuses, revert removes it.
+func TestRevertAfterCrashWhileCreatingJournal(t *testing.T) {
+	s, root := fakeRoot(t)
+	if err := os.MkdirAll(s.stateDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.journalPath(), []byte(`{"type":"beg`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, root)
+	st, err := s.Status()
+	if err != nil || !st.Applied || st.Committed {
+		t.Fatalf("status: %+v, %v", st, err)
+	}
+	p, err := s.Plan(fullSpec(NewCPUSet(6, 7)))
+	if err == nil {
+		_, err = s.Apply(p)
+	}
+	if !errors.Is(err, ErrApplied) {
+		t.Fatalf("plan/apply over an interrupted journal: %v", err)
+	}
+	if n, err := s.Revert(); err != nil || n != 0 {
+		t.Fatalf("revert: %d, %v", n, err)
+	}
+	if _, err := os.Stat(s.journalPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("journal left after revert")
+	}
+	mustSame(t, "revert", before, snapshot(t, root))
+}

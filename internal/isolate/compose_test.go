@@ -266,8 +266,11 @@ func TestComposeLanesSteerIsolate(t *testing.T) {
 		}
 	}
 	steerC.owned = func(t *testing.T) []string {
-		var st steer.State
-		readJSON(t, sstate, &st)
+		status, err := steer.ReadStatus(sstate)
+		if err != nil || status.State == nil {
+			t.Fatalf("steer state: %+v %v", status, err)
+		}
+		st := status.State
 		var keys []string
 		for _, c := range st.RPS {
 			keys = append(keys, fmt.Sprintf("%s/class/net/%s/queues/%s/rps_cpus", c.Netns, c.Dev, c.Queue))

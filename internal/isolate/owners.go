@@ -2,12 +2,34 @@ package isolate
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
+
+	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/netns"
 )
 
-// rpsKey names one rps_cpus file: netns name, device, queue ("rx-0").
+// rpsKey names one rps_cpus file: namespace (nsKey), device, queue ("rx-0").
 type rpsKey struct{ netns, dev, queue string }
+
+// nsKey is the identity of a namespace spelling: the kernel's (netns.Ref's
+// ID) when it resolves, so that "ns", "/run/netns/ns" and
+// "/var/run/netns/ns" are one key; else the spelling itself.
+func nsKey(ns string) string {
+	if r, err := netns.Resolve(ns); err == nil {
+		return r.ID()
+	}
+	return ns
+}
+
+// steerRPS is the part of internal/steer.RPSChange isolate needs, decoded
+// here: importing steer would make a cycle (steer's tests use bench,
+// whose ANP experiments use isolate). A compose test checks the two agree
+// on a real steer state file.
+type steerRPS struct {
+	Netns string `json:"netns"`
+	Dev   string `json:"dev"`
+	Queue string `json:"queue"`
+}
 
 // steerOwned returns the rps_cpus files that an enabled rxlane steer has
 // set (FALCON's CPU set on its stage devices), with the steer state file
@@ -22,27 +44,33 @@ func (s *System) steerOwned() map[rpsKey]string {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	out := map[rpsKey]string{}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
+		for _, c := range steerStateRPS(f) {
+			out[rpsKey{nsKey(c.Netns), c.Dev, c.Queue}] = f
 		}
-		// The part of internal/steer.State isolate needs, decoded here:
-		// importing steer would make a cycle (steer's tests use bench,
-		// whose ANP experiments use isolate). A compose test checks the
-		// two agree on a real steer state file.
-		var st struct {
-			RPS []struct {
-				Netns string `json:"netns"`
-				Dev   string `json:"dev"`
-				Queue string `json:"queue"`
-			} `json:"rps"`
+	}
+	return out
+}
+
+// steerStateRPS reads the rps_cpus a steer state file journals: its "rps"
+// intents (a write-ahead journal, also an interrupted one: steer's
+// disable will write those back), or the "rps" list of a state file of an
+// rxlane before the journal.
+func steerStateRPS(f string) []steerRPS {
+	var out []steerRPS
+	if c, err := journal.Read(f); err == nil {
+		for _, r := range c.Intents {
+			var x steerRPS
+			if r.Kind == "rps" && json.Unmarshal(r.Data, &x) == nil {
+				out = append(out, x)
+			}
 		}
-		if json.Unmarshal(b, &st) != nil {
-			continue
-		}
-		for _, c := range st.RPS {
-			out[rpsKey{c.Netns, c.Dev, c.Queue}] = f
-		}
+		return out
+	}
+	var st struct {
+		RPS []steerRPS `json:"rps"`
+	}
+	if found, err := journal.LoadJSON(f, "steer state", &st); found && err == nil {
+		out = st.RPS
 	}
 	return out
 }

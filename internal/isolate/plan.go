@@ -314,7 +314,7 @@ func (s *System) planDevice(d DeviceRef, p *Plan, irqNames map[int]string, steer
 	add := func(kind Kind, object, rel, val string) {
 		if kind == KindRPS {
 			q := filepath.Base(filepath.Dir(rel))
-			if f, ok := steered[rpsKey{d.Netns, d.Name, q}]; ok {
+			if f, ok := steered[rpsKey{nsKey(d.Netns), d.Name, q}]; ok {
 				info.Notes = append(info.Notes, fmt.Sprintf("%s rps_cpus is set by rxlane steer (%s): left alone", q, f))
 				return
 			}

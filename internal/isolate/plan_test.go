@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rxlane/rxlane/internal/journal"
 )
 
 func fullSpec(stack CPUSet) Spec {
@@ -258,27 +260,55 @@ func TestCPUSetFormats(t *testing.T) {
 
 // TestPlanLeavesSteerOwnedRPS: rps_cpus that an enabled rxlane steer
 // journals (its state files under ROOT/run/rxlane/steer) belong to steer:
-// the plan leaves them alone and says so.
+// the plan leaves them alone and says so. Steer's journal (also one whose
+// enable was interrupted), with the namespace in any spelling, and a state
+// file of an rxlane before the journal.
 func TestPlanLeavesSteerOwnedRPS(t *testing.T) {
-	s, root := fakeRoot(t)
-	write(t, root, "run/rxlane/steer/ns.json", `{"netns":"","cpus":[6,7],"rps":[{"netns":"","dev":"veth0","queue":"rx-0","prev":"0"}]}`)
-	p, err := s.Plan(fullSpec(NewCPUSet(6, 7)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, ok := changesByPath(p)["sys/class/net/veth0/queues/rx-0/rps_cpus"]; ok {
-		t.Fatalf("plan changes steer's rps_cpus: %+v", c)
-	}
-	var noted bool
-	for _, d := range p.Devices {
-		for _, n := range d.Notes {
-			noted = noted || d.Name == "veth0" && strings.Contains(n, "rxlane steer")
+	journaled := func(ns string) func(t *testing.T, root string) {
+		return func(t *testing.T, root string) {
+			l, err := journal.Create(filepath.Join(root, "run/rxlane/steer/netns-1.json"), map[string]any{"netns": ns, "cpus": []int{6, 7}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if err := l.Intent("rps", map[string]string{"netns": ns, "dev": "veth0", "queue": "rx-0", "prev": "0"}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	if !noted {
-		t.Errorf("no note about steer on veth0: %+v", p.Devices)
-	}
-	if _, ok := changesByPath(p)["sys/class/net/eth0/queues/tx-0/xps_cpus"]; !ok {
-		t.Error("other devices' changes are gone too")
+	for _, tc := range []struct {
+		name  string
+		state func(t *testing.T, root string)
+	}{
+		{"journal", journaled("")},
+		// This namespace spelled as a path: one identity.
+		{"journal/spelling", journaled("/proc/self/ns/net")},
+		{"before-journal", func(t *testing.T, root string) {
+			write(t, root, "run/rxlane/steer/ns.json", `{"netns":"","cpus":[6,7],"rps":[{"netns":"","dev":"veth0","queue":"rx-0","prev":"0"}]}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, root := fakeRoot(t)
+			tc.state(t, root)
+			p, err := s.Plan(fullSpec(NewCPUSet(6, 7)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, ok := changesByPath(p)["sys/class/net/veth0/queues/rx-0/rps_cpus"]; ok {
+				t.Fatalf("plan changes steer's rps_cpus: %+v", c)
+			}
+			var noted bool
+			for _, d := range p.Devices {
+				for _, n := range d.Notes {
+					noted = noted || d.Name == "veth0" && strings.Contains(n, "rxlane steer")
+				}
+			}
+			if !noted {
+				t.Errorf("no note about steer on veth0: %+v", p.Devices)
+			}
+			if _, ok := changesByPath(p)["sys/class/net/eth0/queues/tx-0/xps_cpus"]; !ok {
+				t.Error("other devices' changes are gone too")
+			}
+		})
 	}
 }

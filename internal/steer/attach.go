@@ -132,6 +132,10 @@ type Attachment struct {
 	// Handle is the filter's handle when it is not 1: instances that
 	// steer different tunnels share an underlay (attachEntry).
 	Handle uint32 `json:"handle,omitempty"`
+	// Prog is the ID of the program enable attached: disable removes the
+	// filter only while it runs that program (an enable refused on
+	// another instance's filter journaled the attempt first).
+	Prog uint32 `json:"prog,omitempty"`
 }
 
 func (a Attachment) filter() tcattach.Filter {
@@ -170,6 +174,10 @@ type State struct {
 	FirstStage   *FirstStage  `json:"first_stage,omitempty"`
 	// Warnings are limits of this setup a user should know about.
 	Warnings []string `json:"warnings,omitempty"`
+	// Interrupted: the enable that wrote the journal did not complete
+	// (killed half way); the state lists every change it may have made,
+	// for disable.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // CPUMask renders a CPU list as a sysfs cpumask ("f", "3", ...).
@@ -264,8 +272,9 @@ func peerNetnsName(nsid int) (string, error) {
 	return NetnsRef(p), nil
 }
 
-// setRPS writes mask to every rx queue of dev, journaling the old values.
-func setRPS(ns, dev, mask string, st *State) error {
+// setRPS writes mask to every rx queue of dev, journaling each queue's
+// old value with record first.
+func setRPS(ns, dev, mask string, record func(RPSChange) error) error {
 	return inNetnsSysfs(ns, func() error {
 		qs, err := filepath.Glob(filepath.Join("/sys/class/net", dev, "queues/rx-*/rps_cpus"))
 		if err != nil || len(qs) == 0 {
@@ -276,7 +285,9 @@ func setRPS(ns, dev, mask string, st *State) error {
 			if err != nil {
 				return fmt.Errorf("read %s: %w", q, err)
 			}
-			st.RPS = append(st.RPS, RPSChange{Netns: ns, Dev: dev, Queue: filepath.Base(filepath.Dir(q)), Prev: strings.TrimSpace(string(b))})
+			if err := record(RPSChange{Netns: ns, Dev: dev, Queue: filepath.Base(filepath.Dir(q)), Prev: strings.TrimSpace(string(b))}); err != nil {
+				return err
+			}
 			if err := os.WriteFile(q, []byte(mask+"\n"), 0); err != nil {
 				return fmt.Errorf("write %s: %w", q, err)
 			}
@@ -304,27 +315,34 @@ func restoreRPS(cs []RPSChange) error {
 	return errors.Join(errs...)
 }
 
-func loadState(path string) (*State, error) {
-	var s State
-	if found, err := journal.LoadJSON(path, "steer state", &s); !found {
-		return nil, err
+// attach attaches prog as a's filter to a.Device's tc ingress in the
+// calling thread's namespace, journaling a first: its program and whether
+// the clsact qdisc will be created here (the device has none now).
+func (j *stateLog) attach(a Attachment, prog *ebpf.Program) error {
+	l, err := netlink.LinkByName(a.Device)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", a.Device, err)
 	}
-	return &s, nil
-}
-
-func saveState(path string, s *State) error { return journal.SaveJSON(path, "steer state", s) }
-
-// attach attaches a steering program to dev's tc ingress in the calling
-// thread's namespace.
-func attach(f tcattach.Filter, dev string, prog *ebpf.Program) (Attachment, error) {
-	created, err := f.Attach(dev, prog)
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return fmt.Errorf("list qdiscs on %s: %w", a.Device, err)
+	}
+	a.CreatedClsact = !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" })
+	a.Prog = progID(prog)
+	if err := j.intent(kindFilter, a); err != nil {
+		return err
+	}
+	created, err := a.filter().Attach(a.Device, prog)
+	if created != a.CreatedClsact { // the qdisc came or went meanwhile
+		a.CreatedClsact = created
+		if jerr := j.intent(kindFilter, a); jerr != nil {
+			return errors.Join(err, jerr)
+		}
+	}
 	if errors.Is(err, unix.EEXIST) {
-		err = fmt.Errorf("steer: %s already carries a steering program (another enable of this namespace): one steering instance per device: %w", dev, err)
+		err = fmt.Errorf("steer: %s already carries a steering program (another enable of this namespace): one steering instance per device: %w", a.Device, err)
 	}
-	if err != nil && !created {
-		return Attachment{}, err // nothing changed on dev
-	}
-	return Attachment{Device: dev, CreatedClsact: created, Done: f == doneFilter}, err
+	return err
 }
 
 // attachEntry attaches steer_entry to the underlay dev in the calling
@@ -335,27 +353,26 @@ func attach(f tcattach.Filter, dev string, prog *ebpf.Program) (Attachment, erro
 // leaves packets of tunnels it does not know alone (TC_ACT_UNSPEC), so they
 // reach the next instance's filter. An instance that already steers one of
 // ours is a conflict: refused, nothing changed.
-func attachEntry(dev string, prog *ebpf.Program, ours *ebpf.Map) (Attachment, error) {
-	l, err := netlink.LinkByName(dev)
+func (j *stateLog) attachEntry(a Attachment, prog *ebpf.Program, ours *ebpf.Map) error {
+	l, err := netlink.LinkByName(a.Device)
 	if err != nil {
-		return Attachment{}, fmt.Errorf("find %s: %w", dev, err)
+		return fmt.Errorf("find %s: %w", a.Device, err)
 	}
 	others, err := steerFilter.Instances(l)
 	if err != nil {
-		return Attachment{}, err
+		return err
 	}
-	f := steerFilter
+	handle := steerFilter.Handle
 	for _, bf := range others {
-		if err := sharedTunnel(dev, bf.Id, ours); err != nil {
-			return Attachment{}, err
+		if err := sharedTunnel(a.Device, bf.Id, ours); err != nil {
+			return err
 		}
-		f.Handle = max(f.Handle, bf.Handle+1)
+		handle = max(handle, bf.Handle+1)
 	}
-	a, err := attach(f, dev, prog)
-	if f.Handle != steerFilter.Handle {
-		a.Handle = f.Handle
+	if handle != steerFilter.Handle {
+		a.Handle = handle
 	}
-	return a, err
+	return j.attach(a, prog)
 }
 
 // sharedTunnel refuses when the steering program id on dev steers a tunnel
@@ -381,8 +398,20 @@ func sharedTunnel(dev string, id int, ours *ebpf.Map) error {
 }
 
 // detach removes a steering filter (and the clsact qdisc if steering
-// added it and nothing else uses it).
-func detach(a Attachment) error { return a.filter().Detach(a.Device, a.CreatedClsact) }
+// added it and nothing else uses it), in the calling thread's namespace.
+// A filter of that identity that runs another program than the journaled
+// one is someone else's: left alone, with its qdisc.
+func detach(a Attachment) error {
+	f := a.filter()
+	if a.Prog != 0 {
+		if l, err := netlink.LinkByName(a.Device); err == nil {
+			if bf, err := f.Find(l); err == nil && bf != nil && uint32(bf.Id) != a.Prog {
+				return nil
+			}
+		}
+	}
+	return f.Detach(a.Device, a.CreatedClsact)
+}
 
 // Enable discovers the stages in o.Netns, sets their rps_cpus to the CPU
 // set, loads bpf/steer.c and attaches it where each steered stage's CPU is
@@ -394,6 +423,8 @@ func Enable(o Options) (st *State, err error) {
 	}
 	if old, err := loadState(o.StateFile); err != nil {
 		return nil, err
+	} else if old != nil && old.Interrupted {
+		return nil, fmt.Errorf("steer: an enable was interrupted (state %s): disable first", o.StateFile)
 	} else if old != nil {
 		return nil, fmt.Errorf("steer: already enabled (state %s): disable first", o.StateFile)
 	}
@@ -403,11 +434,19 @@ func Enable(o Options) (st *State, err error) {
 	}
 	st = &State{Netns: o.Netns, CPUs: o.CPUs, Threshold: o.Threshold, AvgThreshold: o.AvgThreshold,
 		Hysteresis: o.Hysteresis, Static: o.Static}
+	var j *stateLog
 	defer func() {
-		if err != nil {
-			err = errors.Join(err, disable(st))
-			os.Remove(o.StateFile)
+		if err == nil || j == nil {
+			return
 		}
+		j.l.Close()
+		// Undo what the journal holds; it stays for disable when that
+		// fails.
+		if derr := disable(st); derr != nil {
+			err = fmt.Errorf("%w; undo failed (state %s kept for disable): %w", err, o.StateFile, derr)
+			return
+		}
+		err = errors.Join(err, journal.Remove(o.StateFile))
 	}()
 	var objs steerObjects
 	if err := loadSteerObjects(&objs, nil); err != nil {
@@ -487,22 +526,19 @@ func Enable(o Options) (st *State, err error) {
 			return st, fmt.Errorf("write steer config: %w", err)
 		}
 	}
-	// Journal before touching the kernel.
-	if err := saveState(o.StateFile, st); err != nil {
+	// The journal's begin record: the plan, before any kernel change.
+	l, err := journal.Create(o.StateFile, st)
+	if errors.Is(err, journal.ErrExists) {
+		return st, fmt.Errorf("steer: already enabled (state %s): disable first", o.StateFile)
+	}
+	if err != nil {
 		return st, err
 	}
+	j = &stateLog{l: l, st: st}
 	// The guard's delivery hook on every container device first.
 	for _, e := range endpoints {
 		err := inNetnsSysfs(e.netns, func() error {
-			at, err := attach(doneFilter, e.dev, objs.SteerDone)
-			if at.Device != "" {
-				at.Netns = e.netns
-				st.Attachments = append(st.Attachments, at)
-				if serr := saveState(o.StateFile, st); serr != nil {
-					return errors.Join(err, serr)
-				}
-			}
-			return err
+			return j.attach(Attachment{Device: e.dev, Netns: e.netns, Done: true}, objs.SteerDone)
 		})
 		if err != nil {
 			return st, err
@@ -521,22 +557,14 @@ func Enable(o Options) (st *State, err error) {
 			if err := objs.SteerDevs.Put(key, a.cfg); err != nil {
 				return fmt.Errorf("write steer devices: %w", err)
 			}
-			var at Attachment
+			at := Attachment{Device: a.dev}
+			if a.netns != o.Netns {
+				at.Netns = a.netns
+			}
 			if a.wire {
-				at, err = attachEntry(a.dev, objs.SteerEntry, objs.SteerTunnels)
-			} else {
-				at, err = attach(steerFilter, a.dev, objs.SteerIngress)
+				return j.attachEntry(at, objs.SteerEntry, objs.SteerTunnels)
 			}
-			if at.Device != "" {
-				if a.netns != o.Netns {
-					at.Netns = a.netns
-				}
-				st.Attachments = append(st.Attachments, at)
-				if serr := saveState(o.StateFile, st); serr != nil {
-					return errors.Join(err, serr)
-				}
-			}
-			return err
+			return j.attach(at, objs.SteerIngress)
 		})
 		if err != nil {
 			return st, err
@@ -544,48 +572,44 @@ func Enable(o Options) (st *State, err error) {
 	}
 	if fs := st.FirstStage; fs != nil {
 		if o.SenderTxOff {
-			if err := senderTxOff(o.Netns, fs, func() error { return saveState(o.StateFile, st) }); err != nil {
+			if err := senderTxOff(o.Netns, fs, func(p PeerOffload) error { return j.intent(kindSenderTx, p) }); err != nil {
 				return st, err
 			}
 		}
 		// Attached with the first stage off (XDP_PASS: the path of an
-		// unsteered packet); turned on with the rest below.
-		if err := attachXDP(o.Netns, fs.Device, objs.SteerXdp.FD()); err != nil {
+		// unsteered packet); turned on with the rest below. Disable
+		// detaches only this program ID.
+		if err := j.intent(kindXDP, xdpIntent{Device: fs.Device, ProgID: progID(objs.SteerXdp)}); err != nil {
 			return st, err
 		}
-		info, err := objs.SteerXdp.Info()
-		if err == nil {
-			id, _ := info.ID()
-			fs.XDPProgID = uint32(id)
-		}
-		if err := saveState(o.StateFile, st); err != nil {
+		if err := attachXDP(o.Netns, fs.Device, objs.SteerXdp.FD()); err != nil {
 			return st, err
 		}
 	}
 	// RPS on the stages' devices: with steering off the written hash
 	// picks the CPU the stage already runs on, so nothing moves yet.
 	for _, s := range st.Stages {
-		if err := setRPS(s.Netns, s.Device, mask, st); err != nil {
-			return st, err
-		}
-		if err := saveState(o.StateFile, st); err != nil {
+		if err := setRPS(s.Netns, s.Device, mask, func(c RPSChange) error { return j.intent(kindRPS, c) }); err != nil {
 			return st, err
 		}
 	}
-	if o.StartOff {
-		return st, nil
+	if !o.StartOff {
+		// On: each flow's stages move to their chosen CPUs through the
+		// guard.
+		var cfg steerConfig
+		if err := objs.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+			return st, fmt.Errorf("read steer config: %w", err)
+		}
+		cfg.Flags |= flagOn
+		if st.FirstStage != nil {
+			cfg.Flags |= flagFirstOn
+		}
+		if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
+			return st, fmt.Errorf("turn steering on: %w", err)
+		}
 	}
-	// On: each flow's stages move to their chosen CPUs through the guard.
-	var cfg steerConfig
-	if err := objs.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
-		return st, fmt.Errorf("read steer config: %w", err)
-	}
-	cfg.Flags |= flagOn
-	if st.FirstStage != nil {
-		cfg.Flags |= flagFirstOn
-	}
-	if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
-		return st, fmt.Errorf("turn steering on: %w", err)
+	if err := l.Commit(); err != nil {
+		return st, err
 	}
 	return st, nil
 }
@@ -638,7 +662,8 @@ func disable(st *State) error {
 }
 
 // Disable detaches the program, restores every rps_cpus Enable changed and
-// removes the state file. It can be repeated.
+// removes the state file. It can be repeated, and it restores the host as
+// well after an enable that was killed half way (an interrupted journal).
 func Disable(stateFile string) error {
 	st, err := loadState(stateFile)
 	if err != nil || st == nil {
@@ -647,8 +672,5 @@ func Disable(stateFile string) error {
 	if err := disable(st); err != nil {
 		return err
 	}
-	if err := os.Remove(stateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
+	return journal.Remove(stateFile)
 }

@@ -94,10 +94,10 @@ func createdByRxlane(ns string) bool {
 }
 
 // senderTxOff turns off tx checksum offload at the underlay's other end
-// (journaled in fs.PeerTx): with a veth sender and XDP on the receiving
+// (journaled with record first, into fs.PeerTx): with a veth sender and XDP on the receiving
 // end, packets whose checksum the sender left to "hardware" arrive with
 // a bad checksum and are dropped.
-func senderTxOff(hostNS string, fs *FirstStage, save func() error) error {
+func senderTxOff(hostNS string, fs *FirstStage, record func(PeerOffload) error) error {
 	ns, peer, ok, err := underlayPeer(hostNS, fs.Device)
 	if err != nil {
 		return err
@@ -116,8 +116,7 @@ func senderTxOff(hostNS string, fs *FirstStage, save func() error) error {
 		if !prev {
 			return nil
 		}
-		fs.PeerTx = &PeerOffload{Netns: ns, Dev: peer, Prev: prev}
-		if err := save(); err != nil {
+		if err := record(PeerOffload{Netns: ns, Dev: peer, Prev: prev}); err != nil {
 			return err
 		}
 		_, err = datapath.SetOffload("", peer, datapath.OffloadTxCsum, false)

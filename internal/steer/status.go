@@ -27,7 +27,7 @@ func openMaps(st *State) (*steerMaps, error) {
 		}
 		var m *steerMaps
 		err := inNetnsSysfs(ns, func() (err error) {
-			m, err = mapsOf(a.filter(), a.Device)
+			m, err = mapsOf(a.filter(), a.Device, a.Prog)
 			return err
 		})
 		if err != nil {
@@ -41,14 +41,15 @@ func openMaps(st *State) (*steerMaps, error) {
 }
 
 // mapsOf opens the maps of the steering program attached to dev as filter
-// f (nil, nil when there is none). Called inside dev's namespace.
-func mapsOf(f tcattach.Filter, dev string) (*steerMaps, error) {
+// f (nil, nil when there is none, or when prog is not 0 and the filter
+// runs another program). Called inside dev's namespace.
+func mapsOf(f tcattach.Filter, dev string, prog uint32) (*steerMaps, error) {
 	l, err := netlink.LinkByName(dev)
 	if err != nil {
 		return nil, nil
 	}
 	bf, err := f.Find(l)
-	if err != nil || bf == nil {
+	if err != nil || bf == nil || prog != 0 && uint32(bf.Id) != prog {
 		return nil, nil
 	}
 	return programMaps(bf.Id)
@@ -82,6 +83,9 @@ func Loads(stateFile string, loads map[int]float64, on bool) error {
 	}
 	if st == nil {
 		return ErrNotEnabled
+	}
+	if st.Interrupted {
+		return fmt.Errorf("steer: enable was interrupted (state %s): run disable", stateFile)
 	}
 	m, err := openMaps(st)
 	if err != nil {
@@ -262,6 +266,9 @@ func ReadStatus(stateFile string) (Status, error) {
 		return s, err
 	}
 	s.Enabled, s.State, s.Static = true, st, st.Static
+	if st.Interrupted {
+		return s, nil // the program may be half attached: nothing to read
+	}
 	m, err := openMaps(st)
 	if err != nil {
 		return s, err
