@@ -11,8 +11,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { extraCommands = append(extraCommands, newKernelCmd) }
-
 type kernelFlags struct {
 	dir, cache string
 	json       bool
