@@ -495,11 +495,7 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 		return res, err
 	}
 	defer func() { err = errors.Join(err, revert()) }()
-	before, err := SampleHost()
-	if err != nil {
-		return res, err
-	}
-	drops0, err := r.devDrops()
+	before, err := r.counters(false)
 	if err != nil {
 		return res, err
 	}
@@ -525,15 +521,11 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 	if err != nil {
 		return res, err
 	}
-	after, err := SampleHost()
+	after, err := r.counters(false)
 	if err != nil {
 		return res, err
 	}
-	drops1, err := r.devDrops()
-	if err != nil {
-		return res, err
-	}
-	res.DevDrops = drops1 - drops0
+	res.DevDrops = after.drops - before.drops
 	var ir InjectResult
 	if err := inj.stop(&ir); err != nil {
 		return res, err
@@ -546,7 +538,7 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 	res.Latency = Summarize(pr.RTTns)
 	res.Sent, res.Lost = pr.Sent, pr.Lost
 	res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
-	res.CPUs = Usage(before, after)
+	res.CPUs = Usage(before.host, after.host)
 	return res, nil
 }
 
@@ -574,15 +566,7 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 		return res, err
 	}
 	defer func() { err = errors.Join(err, revert()) }()
-	before, err := SampleHost()
-	if err != nil {
-		return res, err
-	}
-	retrans0, err := r.tcpRetrans()
-	if err != nil {
-		return res, err
-	}
-	drops0, err := r.devDrops()
+	before, err := r.counters(true)
 	if err != nil {
 		return res, err
 	}
@@ -608,25 +592,17 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 	if err != nil {
 		return res, fmt.Errorf("redis-benchmark: %v: %s", err, strings.TrimSpace(errb.String()))
 	}
-	after, err := SampleHost()
+	after, err := r.counters(true)
 	if err != nil {
 		return res, err
 	}
-	retrans1, err := r.tcpRetrans()
-	if err != nil {
-		return res, err
-	}
-	res.RetransSegs = retrans1 - retrans0
-	drops1, err := r.devDrops()
-	if err != nil {
-		return res, err
-	}
-	res.DevDrops = drops1 - drops0
+	res.RetransSegs = after.retrans - before.retrans
+	res.DevDrops = after.drops - before.drops
 	res.Tests, err = ParseRedisCSV(out.String())
 	if err != nil {
 		return res, err
 	}
-	res.CPUs = Usage(before, after)
+	res.CPUs = Usage(before.host, after.host)
 	return res, nil
 }
 
@@ -665,6 +641,30 @@ func threadedNAPI(tb testbed.Config) (func() error, error) {
 		}
 	}
 	return restore, nil
+}
+
+// anpCounters are the host counters read before and after a measured
+// run: CPU time, the testbed devices' drops and (redis) the containers'
+// TCP retransmissions.
+type anpCounters struct {
+	host    HostSample
+	drops   uint64
+	retrans uint64
+}
+
+// counters reads the CPU counters, the TCP retransmissions when retrans
+// is set, then the device drops.
+func (r *anpRun) counters(retrans bool) (c anpCounters, err error) {
+	if c.host, err = SampleHost(); err != nil {
+		return c, err
+	}
+	if retrans {
+		if c.retrans, err = r.tcpRetrans(); err != nil {
+			return c, err
+		}
+	}
+	c.drops, err = r.devDrops()
+	return c, err
 }
 
 // devDrops sums rx and tx dropped over every testbed device.
