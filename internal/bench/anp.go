@@ -180,15 +180,13 @@ type ANPRedisCase struct {
 
 // ANPReport is the output of `rxlane isolate bench`.
 type ANPReport struct {
-	Version   int            `json:"version"`
-	Started   time.Time      `json:"started"`
-	Testbed   testbed.Config `json:"testbed"`
-	QoSHeld   bool           `json:"qos_held"`
-	StackCPUs []int          `json:"stack_cpus"`
-	AppCPUs   []int          `json:"app_cpus"`
-	Backlog   int            `json:"isolated_backlog,omitempty"`
-	Threaded  bool           `json:"threaded_napi"`
-	Cgroups   []string       `json:"cgroups"` // servers', clients'
+	Header
+	QoSHeld   bool     `json:"qos_held"`
+	StackCPUs []int    `json:"stack_cpus"`
+	AppCPUs   []int    `json:"app_cpus"`
+	Backlog   int      `json:"isolated_backlog,omitempty"`
+	Threaded  bool     `json:"threaded_napi"`
+	Cgroups   []string `json:"cgroups"` // servers', clients'
 	Options   struct {
 		Ping  OptionsJSON      `json:"pingpong"`
 		Redis RedisOptionsJSON `json:"redis"`
@@ -304,7 +302,7 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 		}
 	}
 
-	rep = &ANPReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
+	rep = &ANPReport{Header: NewHeader(1, tb), Warnings: []string{},
 		StackCPUs: stack, AppCPUs: online.Minus(stack), Cgroups: r.cgroups[:], Backlog: o.Backlog, Threaded: o.ThreadedNAPI}
 	rep.Options.Ping = o.Latency.optionsJSON()
 	rep.Options.Redis.Requests, rep.Options.Redis.Clients, rep.Options.Redis.Pipeline = o.RedisRequests, o.RedisClients, o.RedisPipeline
