@@ -81,19 +81,9 @@ Examples:
 			o.Testbed.Layout = testbed.Layout(layout)
 			o.Paths = splitList(paths)
 			o.Loads = splitList(loads)
-			if err := pf.parse(&o); err != nil {
+			if err := pf.ready(cmd, &o, &out); err != nil {
 				return err
 			}
-			if err := o.Validate(); err != nil {
-				return usageError{err}
-			}
-			if err := o.Testbed.Validate(); err != nil {
-				return usageError{err}
-			}
-			if err := out.check(); err != nil {
-				return err
-			}
-			o.Progress = cmd.ErrOrStderr()
 			rep, err := bench.Latency(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("bench latency: %w", err)
@@ -189,21 +179,11 @@ Examples:
 			if co.BgRates, err = parseRates(rates); err != nil {
 				return err
 			}
-			if err := pf.parse(o); err != nil {
-				return err
-			}
 			o.BgRate = 1 // per case; set by Compare
 			o.Paths, o.Loads = []string{bench.PathOverlay}, []string{bench.LoadIdle, bench.LoadBusy}
-			if err := o.Validate(); err != nil {
-				return usageError{err}
-			}
-			if err := o.Testbed.Validate(); err != nil {
-				return usageError{err}
-			}
-			if err := out.check(); err != nil {
+			if err := pf.ready(cmd, o, &out); err != nil {
 				return err
 			}
-			o.Progress = cmd.ErrOrStderr()
 			rep, err := bench.Compare(cmd.Context(), co)
 			if err != nil {
 				return fmt.Errorf("bench compare: %w", err)
@@ -264,14 +244,38 @@ func (pf *probeFlags) parse(o *bench.LatencyOptions) error {
 	return err
 }
 
-// report is what latency and compare produce.
-type report interface {
+// ready finishes the options from the flags, checks them, the testbed's
+// and the output flags before a run, and sends progress to stderr.
+func (pf *probeFlags) ready(cmd *cobra.Command, o *bench.LatencyOptions, out *reportFlags) error {
+	if err := pf.parse(o); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return usageError{err}
+	}
+	if err := o.Testbed.Validate(); err != nil {
+		return usageError{err}
+	}
+	if err := out.check(); err != nil {
+		return err
+	}
+	o.Progress = cmd.ErrOrStderr()
+	return nil
+}
+
+// tableReport is what every benchmark produces.
+type tableReport interface {
 	WriteTable(io.Writer)
+}
+
+// report is what latency, compare and isolate bench produce.
+type report interface {
+	tableReport
 	WritePlot(file string) error
 }
 
 // reportFlags are the output flags of a benchmark with a table, JSON and
-// plots.
+// (if plotHelp is not empty) plots.
 type reportFlags struct {
 	asJSON         bool
 	jsonOut, plots []string
@@ -281,7 +285,9 @@ func (rf *reportFlags) add(cmd *cobra.Command, plotHelp string) {
 	f := cmd.Flags()
 	f.BoolVar(&rf.asJSON, "json", false, "print JSON instead of the table")
 	f.StringArrayVar(&rf.jsonOut, "json-out", nil, "also write the JSON report to this file")
-	f.StringArrayVar(&rf.plots, "plot", nil, plotHelp)
+	if plotHelp != "" {
+		f.StringArrayVar(&rf.plots, "plot", nil, plotHelp)
+	}
 }
 
 // check refuses plot file names of unknown formats before a run starts.
@@ -296,10 +302,8 @@ func (rf *reportFlags) check() error {
 
 // emit writes the JSON files and plots, then the table or JSON.
 func (rf *reportFlags) emit(cmd *cobra.Command, rep report) error {
-	for _, f := range rf.jsonOut {
-		if err := writeJSONFile(f, rep); err != nil {
-			return err
-		}
+	if err := rf.writeJSONFiles(rep); err != nil {
+		return err
 	}
 	for _, p := range rf.plots {
 		if err := rep.WritePlot(p); err != nil {
@@ -307,6 +311,29 @@ func (rf *reportFlags) emit(cmd *cobra.Command, rep report) error {
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", p)
 	}
+	return rf.print(cmd, rep)
+}
+
+// emitTable writes the JSON files, then the table or JSON, of a report
+// without plots.
+func (rf *reportFlags) emitTable(cmd *cobra.Command, rep tableReport) error {
+	if err := rf.writeJSONFiles(rep); err != nil {
+		return err
+	}
+	return rf.print(cmd, rep)
+}
+
+func (rf *reportFlags) writeJSONFiles(rep tableReport) error {
+	for _, f := range rf.jsonOut {
+		if err := writeJSONFile(f, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// print writes the table, or JSON with --json, to stdout.
+func (rf *reportFlags) print(cmd *cobra.Command, rep tableReport) error {
 	if rf.asJSON {
 		return writeJSON(cmd.OutOrStdout(), rep)
 	}
@@ -332,8 +359,8 @@ func newBenchThroughputCmd() *cobra.Command {
 	o.Testbed.Prefix = "bench"
 	var (
 		layout, rates, dur string = "", "100k,200k,300k,400k,600k", "3s"
-		asJSON, noTrace    bool
-		jsonOut            []string
+		noTrace            bool
+		out                reportFlags
 		cmp                compareFlags
 	)
 	cmd := &cobra.Command{
@@ -370,23 +397,14 @@ Examples:
 			}
 			o.Progress = cmd.ErrOrStderr()
 			if cmp.on {
-				return runThroughputCompare(cmd, o, cmp, rates, asJSON, jsonOut)
+				return runThroughputCompare(cmd, o, cmp, &out)
 			}
 			o.StageProbe = newStageProbe(noTrace)
 			rep, err := bench.Throughput(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("bench throughput: %w", err)
 			}
-			for _, f := range jsonOut {
-				if err := writeJSONFile(f, rep); err != nil {
-					return err
-				}
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), rep)
-			}
-			rep.WriteTable(cmd.OutOrStdout())
-			return nil
+			return out.emitTable(cmd, rep)
 		},
 	}
 	layout = string(o.Testbed.Layout)
@@ -397,8 +415,7 @@ Examples:
 	f.IntVar(&o.Size, "size", o.Size, "UDP payload in bytes")
 	f.StringVar(&dur, "duration", dur, "sending time per rate and repetition")
 	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of every rate")
-	f.BoolVar(&asJSON, "json", false, "print JSON instead of the table")
-	f.StringArrayVar(&jsonOut, "json-out", nil, "also write the JSON report to this file")
+	out.add(cmd, "")
 	f.BoolVar(&noTrace, "no-trace", false, "do not attach the BPF tracer that reports which CPU ran each stage")
 	cmp.register(cmd)
 	return cmd

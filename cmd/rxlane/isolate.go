@@ -13,8 +13,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { extraCommands = append(extraCommands, newIsolateCmd) }
-
 type isolateFlags struct {
 	root, stateDir string
 	stack          string

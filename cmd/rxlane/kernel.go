@@ -11,8 +11,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { extraCommands = append(extraCommands, newKernelCmd) }
-
 type kernelFlags struct {
 	dir, cache string
 	json       bool
@@ -30,6 +28,21 @@ func (f *kernelFlags) options(variant string) (kernel.Options, error) {
 		}
 	}
 	return o, usagef("--variant %q: want one of %s", variant, strings.Join(kernel.Variants, ", "))
+}
+
+// loudOptions are options with the log on stderr even without --verbose,
+// for build and boot (build errors must be visible).
+func (f *kernelFlags) loudOptions(variant string) (kernel.Options, error) {
+	o, err := f.options(variant)
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	return o, err
+}
+
+// variantFlag adds build's and boot's --variant.
+func variantFlag(cmd *cobra.Command, variant *string) {
+	cmd.Flags().StringVar(variant, "variant", *variant, "on | off | debug | debug-off | vanilla")
 }
 
 func newKernelCmd() *cobra.Command {
@@ -71,12 +84,9 @@ func newKernelBuildCmd(f *kernelFlags) *cobra.Command {
 		Short: "Apply the series to linux-source-6.1 and build a bzImage",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := f.options(variant)
+			o, err := f.loudOptions(variant)
 			if err != nil {
 				return err
-			}
-			if o.Log == nil {
-				o.Log = os.Stderr // build errors must be visible
 			}
 			start := time.Now()
 			path, err := kernel.Build(cmd.Context(), o)
@@ -90,7 +100,7 @@ func newKernelBuildCmd(f *kernelFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | debug-off | vanilla")
+	variantFlag(cmd, &variant)
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	return cmd
 }
@@ -199,17 +209,14 @@ func newKernelBootCmd(f *kernelFlags) *cobra.Command {
 		Short: "Boot a variant with an interactive console (Ctrl-A X quits QEMU)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := f.options(variant)
+			o, err := f.loudOptions(variant)
 			if err != nil {
 				return err
-			}
-			if o.Log == nil {
-				o.Log = os.Stderr
 			}
 			return kernel.Shell(cmd.Context(), o, os.Stdin, os.Stdout)
 		},
 	}
-	cmd.Flags().StringVar(&variant, "variant", variant, "on | off | debug | debug-off | vanilla")
+	variantFlag(cmd, &variant)
 	return cmd
 }
 

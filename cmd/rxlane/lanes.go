@@ -16,8 +16,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { extraCommands = append(extraCommands, newLanesCmd) }
-
 // lanesFlags are shared by every lanes verb.
 type lanesFlags struct {
 	netns    string

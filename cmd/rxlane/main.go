@@ -48,16 +48,19 @@ Most verbs need root (network namespaces, BPF).`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newTestbedCmd(), newBenchCmd(), newTraceCmd())
-	for _, add := range extraCommands {
-		root.AddCommand(add())
-	}
+	// Every verb group, in one place; each lives in its own file.
+	root.AddCommand(
+		newTestbedCmd(),
+		newBenchCmd(),
+		newTraceCmd(),
+		newIsolateCmd(),
+		newKernelCmd(),
+		newLanesCmd(),
+		newSimCmd(),
+		newSteerCmd(),
+	)
 	return root
 }
-
-// extraCommands lets verb groups register themselves from their own file
-// (init), so main.go does not change when a group is added.
-var extraCommands []func() *cobra.Command
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

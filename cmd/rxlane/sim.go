@@ -15,8 +15,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { extraCommands = append(extraCommands, newSimCmd) }
-
 func newSimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",

@@ -14,8 +14,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { extraCommands = append(extraCommands, newSteerCmd) }
-
 type steerFlags struct {
 	netns    string
 	stateDir string

@@ -40,7 +40,7 @@ func (c *compareFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&c.probeRate, "probe-rate", 1000, "with --compare: requests/s of the UDP probe flow whose p99 is reported")
 }
 
-func runThroughputCompare(cmd *cobra.Command, o bench.ThroughputOptions, c compareFlags, rates string, asJSON bool, jsonOut []string) error {
+func runThroughputCompare(cmd *cobra.Command, o bench.ThroughputOptions, c compareFlags, out *reportFlags) error {
 	if !cmd.Flags().Changed("rates") {
 		var err error
 		if o.Rates, err = parseRates(compareRates); err != nil {
@@ -62,16 +62,7 @@ func runThroughputCompare(cmd *cobra.Command, o bench.ThroughputOptions, c compa
 	if err != nil {
 		return fmt.Errorf("bench throughput --compare: %w", err)
 	}
-	for _, f := range jsonOut {
-		if err := writeJSONFile(f, rep); err != nil {
-			return err
-		}
-	}
-	if asJSON {
-		return writeJSON(cmd.OutOrStdout(), rep)
-	}
-	rep.WriteTable(cmd.OutOrStdout())
-	return nil
+	return out.emitTable(cmd, rep)
 }
 
 // steerVariant returns a configuration of `bench throughput --compare`.

@@ -180,15 +180,13 @@ type ANPRedisCase struct {
 
 // ANPReport is the output of `rxlane isolate bench`.
 type ANPReport struct {
-	Version   int            `json:"version"`
-	Started   time.Time      `json:"started"`
-	Testbed   testbed.Config `json:"testbed"`
-	QoSHeld   bool           `json:"qos_held"`
-	StackCPUs []int          `json:"stack_cpus"`
-	AppCPUs   []int          `json:"app_cpus"`
-	Backlog   int            `json:"isolated_backlog,omitempty"`
-	Threaded  bool           `json:"threaded_napi"`
-	Cgroups   []string       `json:"cgroups"` // servers', clients'
+	Header
+	QoSHeld   bool     `json:"qos_held"`
+	StackCPUs []int    `json:"stack_cpus"`
+	AppCPUs   []int    `json:"app_cpus"`
+	Backlog   int      `json:"isolated_backlog,omitempty"`
+	Threaded  bool     `json:"threaded_napi"`
+	Cgroups   []string `json:"cgroups"` // servers', clients'
 	Options   struct {
 		Ping  OptionsJSON      `json:"pingpong"`
 		Redis RedisOptionsJSON `json:"redis"`
@@ -304,7 +302,7 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 		}
 	}
 
-	rep = &ANPReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
+	rep = &ANPReport{Header: NewHeader(1, tb), Warnings: []string{},
 		StackCPUs: stack, AppCPUs: online.Minus(stack), Cgroups: r.cgroups[:], Backlog: o.Backlog, Threaded: o.ThreadedNAPI}
 	rep.Options.Ping = o.Latency.optionsJSON()
 	rep.Options.Redis.Requests, rep.Options.Redis.Clients, rep.Options.Redis.Pipeline = o.RedisRequests, o.RedisClients, o.RedisPipeline
@@ -495,11 +493,7 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 		return res, err
 	}
 	defer func() { err = errors.Join(err, revert()) }()
-	before, err := SampleHost()
-	if err != nil {
-		return res, err
-	}
-	drops0, err := r.devDrops()
+	before, err := r.counters(false)
 	if err != nil {
 		return res, err
 	}
@@ -525,15 +519,11 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 	if err != nil {
 		return res, err
 	}
-	after, err := SampleHost()
+	after, err := r.counters(false)
 	if err != nil {
 		return res, err
 	}
-	drops1, err := r.devDrops()
-	if err != nil {
-		return res, err
-	}
-	res.DevDrops = drops1 - drops0
+	res.DevDrops = after.drops - before.drops
 	var ir InjectResult
 	if err := inj.stop(&ir); err != nil {
 		return res, err
@@ -546,7 +536,7 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 	res.Latency = Summarize(pr.RTTns)
 	res.Sent, res.Lost = pr.Sent, pr.Lost
 	res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
-	res.CPUs = Usage(before, after)
+	res.CPUs = Usage(before.host, after.host)
 	return res, nil
 }
 
@@ -574,15 +564,7 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 		return res, err
 	}
 	defer func() { err = errors.Join(err, revert()) }()
-	before, err := SampleHost()
-	if err != nil {
-		return res, err
-	}
-	retrans0, err := r.tcpRetrans()
-	if err != nil {
-		return res, err
-	}
-	drops0, err := r.devDrops()
+	before, err := r.counters(true)
 	if err != nil {
 		return res, err
 	}
@@ -608,25 +590,17 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 	if err != nil {
 		return res, fmt.Errorf("redis-benchmark: %v: %s", err, strings.TrimSpace(errb.String()))
 	}
-	after, err := SampleHost()
+	after, err := r.counters(true)
 	if err != nil {
 		return res, err
 	}
-	retrans1, err := r.tcpRetrans()
-	if err != nil {
-		return res, err
-	}
-	res.RetransSegs = retrans1 - retrans0
-	drops1, err := r.devDrops()
-	if err != nil {
-		return res, err
-	}
-	res.DevDrops = drops1 - drops0
+	res.RetransSegs = after.retrans - before.retrans
+	res.DevDrops = after.drops - before.drops
 	res.Tests, err = ParseRedisCSV(out.String())
 	if err != nil {
 		return res, err
 	}
-	res.CPUs = Usage(before, after)
+	res.CPUs = Usage(before.host, after.host)
 	return res, nil
 }
 
@@ -665,6 +639,30 @@ func threadedNAPI(tb testbed.Config) (func() error, error) {
 		}
 	}
 	return restore, nil
+}
+
+// anpCounters are the host counters read before and after a measured
+// run: CPU time, the testbed devices' drops and (redis) the containers'
+// TCP retransmissions.
+type anpCounters struct {
+	host    HostSample
+	drops   uint64
+	retrans uint64
+}
+
+// counters reads the CPU counters, the TCP retransmissions when retrans
+// is set, then the device drops.
+func (r *anpRun) counters(retrans bool) (c anpCounters, err error) {
+	if c.host, err = SampleHost(); err != nil {
+		return c, err
+	}
+	if retrans {
+		if c.retrans, err = r.tcpRetrans(); err != nil {
+			return c, err
+		}
+	}
+	c.drops, err = r.devDrops()
+	return c, err
 }
 
 // devDrops sums rx and tx dropped over every testbed device.

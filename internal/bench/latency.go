@@ -156,13 +156,11 @@ type CaseResult struct {
 
 // LatencyReport is the output of `rxlane bench latency`.
 type LatencyReport struct {
-	Version  int            `json:"version"`
-	Started  time.Time      `json:"started"`
-	Testbed  testbed.Config `json:"testbed"`
-	QoSHeld  bool           `json:"qos_held"`
-	Options  OptionsJSON    `json:"options"`
-	Cases    []CaseResult   `json:"cases"`
-	Warnings []string       `json:"warnings"`
+	Header
+	QoSHeld  bool         `json:"qos_held"`
+	Options  OptionsJSON  `json:"options"`
+	Cases    []CaseResult `json:"cases"`
+	Warnings []string     `json:"warnings"`
 }
 
 // OptionsJSON is the stable JSON form of the options.
@@ -190,16 +188,13 @@ func (c CaseResult) RTTs() []int64 { return c.rtt }
 // prefix, building it first when it is not up and removing it afterwards
 // when it built it.
 func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err error) {
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	tb, cleanup, err := ensureTestbed(ctx, o.Testbed, o.Progress)
+	tb, cleanup, err := openTestbed(ctx, o, o.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
 
-	rep = &LatencyReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Warnings: []string{},
+	rep = &LatencyReport{Header: NewHeader(1, tb), Warnings: []string{},
 		Options: o.optionsJSON()}
 	var release func()
 	rep.QoSHeld, release = holdQoS(o.HoldQoS, &rep.Warnings)
@@ -418,6 +413,14 @@ func sampleAll(tb testbed.Config, server testbed.Node) (sample, error) {
 	}
 	s.host, err = SampleHost()
 	return s, err
+}
+
+// openTestbed checks a run's options, then ensures its testbed.
+func openTestbed(ctx context.Context, o interface{ Validate() error }, want testbed.Config, progressW io.Writer) (testbed.Config, func() error, error) {
+	if err := o.Validate(); err != nil {
+		return want, nil, err
+	}
+	return ensureTestbed(ctx, want, progressW)
 }
 
 // ensureTestbed uses the testbed with the configured prefix if it is up,

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/rxlane/rxlane/internal/testbed"
 	"gonum.org/v1/plot"
@@ -15,6 +16,21 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
+
+// Header opens every report but compare's (which names its node between
+// Started and Testbed): the format's version, when the run started and
+// the testbed it ran on. Embedded, its fields are the report's own in
+// JSON.
+type Header struct {
+	Version int            `json:"version"`
+	Started time.Time      `json:"started"`
+	Testbed testbed.Config `json:"testbed"`
+}
+
+// NewHeader is the header of a run on tb starting now.
+func NewHeader(version int, tb testbed.Config) Header {
+	return Header{Version: version, Started: time.Now().UTC(), Testbed: tb}
+}
 
 // WriteTable prints the latency report for people: medians over the
 // repetitions with the range of p50 and p99, then background load, CPU and

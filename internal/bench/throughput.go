@@ -87,27 +87,22 @@ type ThroughputPoint struct {
 
 // ThroughputReport is the output of `rxlane bench throughput`.
 type ThroughputReport struct {
-	Version int               `json:"version"`
-	Started time.Time         `json:"started"`
-	Testbed testbed.Config    `json:"testbed"`
-	Path    string            `json:"path"`
-	Size    int               `json:"size"`
-	Points  []ThroughputPoint `json:"points"`
+	Header
+	Path   string            `json:"path"`
+	Size   int               `json:"size"`
+	Points []ThroughputPoint `json:"points"`
 	// MaxDeliveredPPS is the highest median delivered rate of the sweep.
 	MaxDeliveredPPS float64 `json:"max_delivered_pps"`
 }
 
 // Throughput runs the sweep.
 func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport, err error) {
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	tb, cleanup, err := ensureTestbed(ctx, o.Testbed, o.Progress)
+	tb, cleanup, err := openTestbed(ctx, o, o.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
-	rep = &ThroughputReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Path: o.Path, Size: o.Size}
+	rep = &ThroughputReport{Header: NewHeader(1, tb), Path: o.Path, Size: o.Size}
 	for i, rate := range o.Rates {
 		pt := ThroughputPoint{OfferedPPS: rate, Drops: Drops{Devices: map[string]uint64{}}}
 		var sent, got, loss, sirq []float64

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"text/tabwriter"
-	"time"
 
 	"github.com/rxlane/rxlane/internal/testbed"
 )
@@ -86,9 +85,7 @@ type CompareGoal struct {
 
 // ThroughputCompareReport is the output of `bench throughput --compare`.
 type ThroughputCompareReport struct {
-	Version   int            `json:"version"`
-	Started   time.Time      `json:"started"`
-	Testbed   testbed.Config `json:"testbed"`
+	Header
 	Size      int            `json:"size"`
 	DurationS float64        `json:"duration_s"`
 	Reps      int            `json:"reps"`
@@ -106,15 +103,12 @@ func maxKey(variant string, flows int) string { return fmt.Sprintf("%s/%d", vari
 // ThroughputCompare measures every variant, flow count and offered rate in
 // one run on one testbed.
 func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *ThroughputCompareReport, err error) {
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	tb, cleanup, err := ensureTestbed(ctx, o.Testbed, o.Progress)
+	tb, cleanup, err := openTestbed(ctx, o, o.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
-	rep = &ThroughputCompareReport{Version: 1, Started: time.Now().UTC(), Testbed: tb, Size: o.Size, DurationS: o.Duration.Seconds(),
+	rep = &ThroughputCompareReport{Header: NewHeader(1, tb), Size: o.Size, DurationS: o.Duration.Seconds(),
 		Reps: o.Reps, ProbeRate: o.ProbeRate, Variants: o.Variants, MaxDeliveredPPS: map[string]float64{}}
 	for vi, v := range o.Variants {
 		disable := func() error { return nil }

@@ -239,11 +239,10 @@ func (n *Node) nextAddrs() (v4, v6 netip.Addr, err error) {
 	return subnetAddr(PodSubnet4, i), subnetAddr(PodSubnet6, i), nil
 }
 
-// addFlannelPod adds a pod as the CNI bridge plugin does for Flannel: a
-// veth made from the pod's side (eth0, host side vethXXXXXXXX), the host
-// side attached to cni0 and up, then the pod's addresses and its default
-// routes via cni0's addresses.
-func (n *Node) addFlannelPod() (Pod, error) {
+// newPod allocates the next pod's addresses and makes its namespace, as
+// the runtime does before calling the CNI plugin; the pod's device is
+// eth0, hostDev its veth's host side.
+func (n *Node) newPod(hostDev string) (Pod, error) {
 	v4, v6, err := n.nextAddrs()
 	if err != nil {
 		return Pod{}, err
@@ -252,8 +251,33 @@ func (n *Node) addFlannelPod() (Pod, error) {
 	if err != nil {
 		return Pod{}, err
 	}
-	pod := Pod{Netns: p, Dev: "eth0", MAC: podMAC(v4), Addrs: []netip.Addr{v4, v6}, HostDev: "veth" + randHex(4), HostNetns: n.Netns}
+	pod := Pod{Netns: p, Dev: "eth0", MAC: podMAC(v4), Addrs: []netip.Addr{v4, v6}, HostDev: hostDev, HostNetns: n.Netns}
 	pod.Name = baseName(p)
+	return pod, nil
+}
+
+// upWithAddrs sets a pod's device up with its IPv4 and IPv6 addresses
+// (addrs, as in Pod.Addrs) of prefix lengths bits4 and bits6.
+func upWithAddrs(e netlink.Link, addrs []netip.Addr, bits4, bits6 int) error {
+	if err := netlink.LinkSetUp(e); err != nil {
+		return err
+	}
+	if err := addAddr(e, addrs[0], bits4); err != nil {
+		return err
+	}
+	return addAddr(e, addrs[1], bits6)
+}
+
+// addFlannelPod adds a pod as the CNI bridge plugin does for Flannel: a
+// veth made from the pod's side (eth0, host side vethXXXXXXXX), the host
+// side attached to cni0 and up, then the pod's addresses and its default
+// routes via cni0's addresses.
+func (n *Node) addFlannelPod() (Pod, error) {
+	pod, err := n.newPod("veth" + randHex(4))
+	if err != nil {
+		return Pod{}, err
+	}
+	p := pod.Netns
 	if err := in(p, func() error {
 		return withNS(n.Netns, func(fd netlink.NsFd) error {
 			return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: pod.Dev, MTU: 1450, HardwareAddr: pod.MAC},
@@ -298,13 +322,7 @@ func (n *Node) addFlannelPod() (Pod, error) {
 		if err != nil {
 			return err
 		}
-		if err := netlink.LinkSetUp(e); err != nil {
-			return err
-		}
-		if err := addAddr(e, v4, PodSubnet4.Bits()); err != nil {
-			return err
-		}
-		if err := addAddr(e, v6, PodSubnet6.Bits()); err != nil {
+		if err := upWithAddrs(e, pod.Addrs, PodSubnet4.Bits(), PodSubnet6.Bits()); err != nil {
 			return err
 		}
 		if err := defaultVia(e, BridgeAddr4); err != nil {
@@ -325,16 +343,11 @@ func (n *Node) addFlannelPod() (Pod, error) {
 // host the cali device's settings (proxy ARP, proxy NDP, forwarding),
 // up, and the pod's scope-link routes on it.
 func (n *Node) addCalicoPod() (Pod, error) {
-	v4, v6, err := n.nextAddrs()
+	pod, err := n.newPod("cali" + randHex(6)[:11])
 	if err != nil {
 		return Pod{}, err
 	}
-	p, err := n.newPodNetns()
-	if err != nil {
-		return Pod{}, err
-	}
-	pod := Pod{Netns: p, Dev: "eth0", MAC: podMAC(v4), Addrs: []netip.Addr{v4, v6}, HostDev: "cali" + randHex(6)[:11], HostNetns: n.Netns}
-	pod.Name = baseName(p)
+	p := pod.Netns
 	if err := in(p, func() error {
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: pod.Dev, MTU: 1450, HardwareAddr: pod.MAC},
 			PeerName: pod.HostDev, PeerHardwareAddr: CalicoHostMAC}); err != nil {
@@ -351,13 +364,7 @@ func (n *Node) addCalicoPod() (Pod, error) {
 		if err != nil {
 			return err
 		}
-		if err := netlink.LinkSetUp(e); err != nil {
-			return err
-		}
-		if err := addAddr(e, v4, 32); err != nil {
-			return err
-		}
-		if err := addAddr(e, v6, 128); err != nil {
+		if err := upWithAddrs(e, pod.Addrs, 32, 128); err != nil {
 			return err
 		}
 		if err := hostRoute(e, CalicoGateway4); err != nil {

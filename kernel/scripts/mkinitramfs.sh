@@ -76,6 +76,7 @@ for c in rxlanectl rxlane_probe; do
 done
 rm "$stage/rxlane_uapi.h"
 install -m 0755 "$here/selftest/rxlane.sh" "$stage/rxlane.sh"
+install -m 0644 "$here/selftest/timing.sh" "$stage/timing.sh" # sourced by rxlane.sh and lanebench.sh
 install -m 0755 "$here/selftest/init" "$stage/init"
 echo "root:x:0:0:root:/root:/bin/sh" >"$stage/etc/passwd"
 echo "nobody:x:1000:1000::/tmp:/bin/sh" >>"$stage/etc/passwd"

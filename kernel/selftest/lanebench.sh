@@ -14,9 +14,8 @@
 
 PATH=/usr/sbin:/usr/bin:/bin:/sbin
 reps=${1:-15}
+. "$(dirname "$0")/timing.sh" # field, pct, time_reps
 lanes() { rxlane lanes --state-dir /tmp/lanebench "$@"; }
-field() { sed -n "s/.*$1=\([-0-9]*\).*/\1/p"; }
-pct() { sort -n "$1" | awk '{a[NR]=$1} END {printf "median=%d p10=%d p90=%d", a[int((NR+1)/2)], a[int(NR*0.1)+1], a[int(NR*0.9+0.5)]}'; }
 
 # inject 500 low + 1 high (198.19.0.3:7000) on wB, receiver in rxl-cB
 # (the same frames as rxlane.sh's overlay_order)
@@ -40,16 +39,7 @@ sed 's/^/# lanes: /' /tmp/lanes.out
 # the lane must actually carry the high packet: check once before timing
 r=$(overlay_order 500)
 echo "# ebpf-lane check: $(echo $r)"
-: >/tmp/b.high; : >/tmp/b.all
-i=0
-while [ $i -lt $reps ]; do
-	out=$(overlay_order 500)
-	ti=$(echo "$out" | field t_inject_ns)
-	th=$(echo "$out" | field t_high_ns)
-	tl=$(echo "$out" | field t_last_ns)
-	[ -n "$ti" ] && [ "$th" != 0 ] && { echo $(( (th - ti) / 1000 )) >>/tmp/b.high; echo $(( (tl - ti) / 1000 )) >>/tmp/b.all; }
-	i=$((i + 1))
-done
+time_reps $reps
 lanes stats >/tmp/lanes.stats 2>&1
 sed 's/^/# lanes stats: /' /tmp/lanes.stats
 high=$(awk '$1 == "high" { print $2; exit }' /tmp/lanes.stats)

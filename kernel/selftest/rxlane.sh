@@ -12,6 +12,7 @@
 # (10.9.0.2 and .3), is a one-stage path.
 
 PATH=/usr/sbin:/usr/bin:/bin:/sbin
+. "$(dirname "$0")/timing.sh" # field, pct, time_reps
 # busybox sh runs its own applets first whatever PATH says: use iproute2
 ip() { /usr/sbin/ip "$@"; }
 n=0
@@ -93,7 +94,6 @@ recv_during() {
 	wait $rpid
 	cat /tmp/recv.out
 }
-field() { sed -n "s/.*$1=\([-0-9]*\).*/\1/p"; }
 
 # order_test NLOW RULE...: inject NLOW low + 1 high packet, print high_index
 one_stage_order() {
@@ -125,7 +125,6 @@ stat_cpu() {
 }
 
 # bench: emulated timing of PRISM vs vanilla (no pass/fail; QEMU TCG)
-pct() { sort -n "$1" | awk '{a[NR]=$1} END {printf "median=%d p10=%d p90=%d", a[int((NR+1)/2)], a[int(NR*0.1)+1], a[int(NR*0.9+0.5)]}'; }
 bench() {
 	reps=${1:-15}
 	echo "# emulated timing (QEMU TCG, $(grep -c ^processor /proc/cpuinfo) vCPUs, not real hardware): 500 low + 1 high"
@@ -136,16 +135,7 @@ bench() {
 	for mode in 0 1 2; do
 		name=vanilla; [ $mode = 1 ] && name=prism-batch; [ $mode = 2 ] && name=prism-sync
 		sysctl_w prism_mode $mode
-		: >/tmp/b.high; : >/tmp/b.all
-		i=0
-		while [ $i -lt $reps ]; do
-			out=$(overlay_order 500)
-			ti=$(echo "$out" | field t_inject_ns)
-			th=$(echo "$out" | field t_high_ns)
-			tl=$(echo "$out" | field t_last_ns)
-			[ -n "$ti" ] && [ "$th" != 0 ] && { echo $(( (th - ti) / 1000 )) >>/tmp/b.high; echo $(( (tl - ti) / 1000 )) >>/tmp/b.all; }
-			i=$((i + 1))
-		done
+		time_reps $reps
 		echo "bench mode=$name reps=$(wc -l </tmp/b.high) high_us $(pct /tmp/b.high) all_us $(pct /tmp/b.all)"
 	done
 	sysctl_w prism_mode 0
