@@ -62,6 +62,11 @@ type State struct {
 
 // loadState replays the journal at path; nil when there is none.
 func loadState(path string) (*State, error) {
+	if journal.NoBegin(path) {
+		// Killed while its begin record was written: nothing changed
+		// yet; disable removes it.
+		return &State{Recorded: true}, nil
+	}
 	c, err := journal.Read(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
