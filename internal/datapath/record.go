@@ -60,6 +60,10 @@ type State struct {
 	Recorded bool `json:"recorded"`
 }
 
+// LoadState reads a lane's record (Options.StateFile) as the State it
+// describes; nil when there is none.
+func LoadState(path string) (*State, error) { return loadState(path) }
+
 // loadState replays the journal at path; nil when there is none.
 func loadState(path string) (*State, error) {
 	if journal.NoBegin(path) {

@@ -224,8 +224,10 @@ func TestComposeLanesSteerIsolate(t *testing.T) {
 		}
 	}
 	lanes.owned = func(t *testing.T) []string {
-		var st datapath.State
-		readJSON(t, lopts.StateFile, &st)
+		st, err := datapath.LoadState(lopts.StateFile)
+		if err != nil || st == nil {
+			t.Fatalf("lanes record: %v", err)
+		}
 		var keys []string
 		for _, a := range st.Attachments {
 			keys = append(keys, fmt.Sprintf("%s %s filter %d", hostB, a.Device, 0xc0de))
