@@ -9,10 +9,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
-	"github.com/spf13/cobra"
 )
 
 func newBenchCmd() *cobra.Command {

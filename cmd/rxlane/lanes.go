@@ -11,9 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/datapath"
-	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/spf13/cobra"
+
+	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/overlay"
+	"github.com/rxlane/rxlane/internal/policy"
 )
 
 // lanesFlags are shared by every lanes verb.
@@ -26,8 +28,8 @@ type lanesFlags struct {
 // store opens the namespace's lanes store: its rules, its lane record
 // and its lock, named by the namespace's identity (every spelling of
 // --netns finds the same lane).
-func (f *lanesFlags) store() (*datapath.Store, error) {
-	st, err := datapath.OpenStore(f.stateDir, f.netns)
+func (f *lanesFlags) store() (*lanes.Store, error) {
+	st, err := lanes.OpenStore(f.stateDir, f.netns)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--netns: %w", err)}
 	}
@@ -133,7 +135,7 @@ func newLanesAddCmd(f *lanesFlags) *cobra.Command {
 // namespace it went to: that it has no VXLAN device (rules are kept per
 // namespace: a forgotten --netns), or that no local endpoint matches r yet.
 func ruleWarning(nsPath, netnsFlag string, r policy.Rule) string {
-	topo, err := datapath.ShowTopology(nsPath)
+	topo, err := overlay.DiscoverIn(nsPath)
 	if err != nil {
 		return ""
 	}
@@ -144,7 +146,7 @@ func ruleWarning(nsPath, netnsFlag string, r policy.Rule) string {
 	if len(topo.Tunnels) == 0 {
 		return fmt.Sprintf("%s has no VXLAN device: rules are kept per namespace, so rule %d serves only a lane enabled here (did you mean --netns?)", where, r.ID)
 	}
-	if !datapath.MatchesEndpoint(topo, r) {
+	if !lanes.MatchesEndpoint(topo, r) {
 		return fmt.Sprintf("rule %d matches no local endpoint yet in %s: its packets take the normal path until a pod with that address is found (lanes enable, sync or watch)", r.ID, where)
 	}
 	return ""
@@ -220,14 +222,14 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 		Short: "Discover tunnels and endpoints, load the lane and attach it to the underlay",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := datapath.ValidMode(mode); err != nil {
+			if err := lanes.ValidMode(mode); err != nil {
 				return err
 			}
 			st, err := f.store()
 			if err != nil {
 				return err
 			}
-			topo, err := st.Enable(datapath.Options{Device: dev, SkipNetfilter: skip || force, TrustOuterCsum: trust, Mode: mode})
+			topo, err := st.Enable(lanes.Options{Device: dev, SkipNetfilter: skip || force, TrustOuterCsum: trust, Mode: mode})
 			if err != nil {
 				return err
 			}
@@ -245,7 +247,7 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&force, "force", false, "old name of --skip-netfilter")
 	cmd.Flags().MarkDeprecated("force", "use --skip-netfilter (the lane skips netfilter, where network policy may be enforced)")
 	cmd.Flags().BoolVar(&trust, "trust-outer-csum", false, "take packets with an outer UDP checksum the device did not verify")
-	cmd.Flags().StringVar(&mode, "mode", datapath.ModeSync, "lane mode: sync (tc, run to completion) or queue (XDP before GRO/RPS, the container veth's own NAPI ring)")
+	cmd.Flags().StringVar(&mode, "mode", lanes.ModeSync, "lane mode: sync (tc, run to completion) or queue (XDP before GRO/RPS, the container veth's own NAPI ring)")
 	return cmd
 }
 
@@ -258,7 +260,7 @@ func netnsArg(netns string) string {
 }
 
 // printAdvice prints how many rules the lane holds and each warning.
-func printAdvice(w io.Writer, a *datapath.Advice) {
+func printAdvice(w io.Writer, a *lanes.Advice) {
 	if a == nil {
 		return
 	}
@@ -268,7 +270,7 @@ func printAdvice(w io.Writer, a *datapath.Advice) {
 	}
 }
 
-func printTopology(w io.Writer, t datapath.Topology) {
+func printTopology(w io.Writer, t lanes.Topology) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TUNNEL\tVNI\tPORT\tMODE\tUNDERLAY\tPEERS")
 	for _, tn := range t.Tunnels {
@@ -331,7 +333,7 @@ func newLanesDisableCmd(f *lanesFlags) *cobra.Command {
 }
 
 // printRemoval says what disable found and removed.
-func printRemoval(w io.Writer, r datapath.Removal, st *datapath.Store) {
+func printRemoval(w io.Writer, r lanes.Removal, st *lanes.Store) {
 	switch {
 	case r.NetnsGone:
 		fmt.Fprintf(w, "the recorded namespace no longer exists (its lane went with it): record removed\n")
@@ -405,7 +407,7 @@ Examples:
 			if err != nil {
 				return err
 			}
-			wo := datapath.WatchOptions{}
+			wo := lanes.WatchOptions{}
 			if wo.Settle, err = parseDuration("settle", settle); err != nil {
 				return err
 			}
@@ -415,7 +417,7 @@ Examples:
 				}
 			}
 			out := cmd.OutOrStdout()
-			report := func(topo datapath.Topology, err error) {
+			report := func(topo lanes.Topology, err error) {
 				now := time.Now().Format(time.RFC3339)
 				switch {
 				case f.json && err != nil:
@@ -429,7 +431,7 @@ Examples:
 				}
 			}
 			err = st.Watch(cmd.Context(), wo, report)
-			if errors.Is(err, datapath.ErrNotEnabled) {
+			if errors.Is(err, lanes.ErrNotEnabled) {
 				return errors.New("lanes are not enabled (or were disabled): nothing to watch")
 			}
 			return err
@@ -474,7 +476,7 @@ func newLanesStatsCmd(f *lanesFlags) *cobra.Command {
 				fmt.Fprintf(tw, "%d %s\t%d\t%d\t%d\n", r.ID, r.Rule, r.Packets, r.Bytes, r.RedirectFail)
 			}
 			fmt.Fprintf(tw, "\nNORMAL PATH BECAUSE\tPACKETS\n")
-			for _, name := range datapath.ReasonNames() {
+			for _, name := range lanes.ReasonNames() {
 				if n := st.Fallbacks[name]; n > 0 {
 					fmt.Fprintf(tw, "%s\t%d\n", name, n)
 				}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -178,7 +178,7 @@ func sendAndCount(t *testing.T, cfg testbed.Config, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st datapath.Stats
+	var st lanes.Stats
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("stats --json: %v\n%s", err, out)
 	}

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/ethtool"
+	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 )
@@ -80,10 +81,10 @@ func TestLanesRoutedExamples(t *testing.T) {
 	// A NIC-like wire: the remote computes outer checksums (as a NIC
 	// sender puts them on the wire) and the node's GRO verifies them (as
 	// a NIC's receive offload does).
-	if _, err := datapath.SetOffload(n.Remote, n.Wire.RemoteDev, datapath.OffloadTxCsum, false); err != nil {
+	if _, err := ethtool.SetIn(n.Remote, n.Wire.RemoteDev, ethtool.TxCsum, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := datapath.SetOffload(n.Netns, n.Wire.NodeDev, datapath.OffloadGRO, true); err != nil {
+	if _, err := ethtool.SetIn(n.Netns, n.Wire.NodeDev, ethtool.GRO, true); err != nil {
 		t.Fatal(err)
 	}
 	stateDir := t.TempDir()
@@ -115,7 +116,7 @@ func TestLanesRoutedExamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st datapath.Stats
+		var st lanes.Stats
 		if err := json.Unmarshal(out, &st); err != nil {
 			t.Fatalf("stats: %v\n%s", err, out)
 		}

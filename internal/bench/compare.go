@@ -14,7 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/ethtool"
+	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
@@ -35,9 +36,9 @@ const (
 func laneMode(m string) string {
 	switch m {
 	case ModeLanes:
-		return datapath.ModeSync
+		return lanes.ModeSync
 	case ModeLanesQueue:
-		return datapath.ModeQueue
+		return lanes.ModeQueue
 	}
 	return ""
 }
@@ -152,7 +153,7 @@ type compareTarget struct {
 	// dst is the high-priority flow's destination (the lane rule's).
 	dst string
 	// lanes is where the lane is enabled (Netns set).
-	lanes datapath.Options
+	lanes lanes.Options
 	// senderNetns and senderDev: the underlay device whose tx checksum
 	// offload the queue lane needs off.
 	senderNetns, senderDev string
@@ -169,7 +170,7 @@ type compareTarget struct {
 func testbedTarget(tb testbed.Config) compareTarget {
 	return compareTarget{
 		dst:         testbed.OverlayB.String(),
-		lanes:       datapath.Options{Netns: testbed.NetnsPath(tb, testbed.HostB)},
+		lanes:       lanes.Options{Netns: testbed.NetnsPath(tb, testbed.HostB)},
 		senderNetns: testbed.NetnsPath(tb, testbed.HostA), senderDev: testbed.WireA,
 		run: func(ctx context.Context, o LatencyOptions, load string) (RepResult, error) {
 			return runCase(ctx, tb, o, PathOverlay, load)
@@ -267,25 +268,25 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	// needs both overrides here, as `rxlane lanes enable --skip-netfilter
 	// --trust-outer-csum` would.
 	dpo := tgt.lanes
-	dpo.SkipNetfilter, dpo.TrustOuterCsum, dpo.StateFile = true, true, filepath.Join(stateDir, "datapath.json")
+	dpo.SkipNetfilter, dpo.TrustOuterCsum, dpo.StateFile = true, true, filepath.Join(stateDir, "lanes.json")
 	if slices.Contains(modes, ModeLanesQueue) {
 		// XDP frames reach the container as CHECKSUM_NONE: a veth sender
 		// must put real inner checksums on the wire, as a NIC does. Off
 		// for every mode of the run (same testbed for all), restored at
 		// the end.
-		prev, err := datapath.SetOffload(tgt.senderNetns, tgt.senderDev, datapath.OffloadTxCsum, false)
+		prev, err := ethtool.SetIn(tgt.senderNetns, tgt.senderDev, ethtool.TxCsum, false)
 		if err != nil {
 			return rep, fmt.Errorf("sender tx checksum offload off: %w", err)
 		}
 		rep.SenderTxCsumOff = true
 		defer func() {
-			if _, rerr := datapath.SetOffload(tgt.senderNetns, tgt.senderDev, datapath.OffloadTxCsum, prev); rerr != nil {
+			if _, rerr := ethtool.SetIn(tgt.senderNetns, tgt.senderDev, ethtool.TxCsum, prev); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("restore sender tx checksum offload: %w", rerr))
 			}
 		}()
 	}
 	defer func() {
-		if derr := datapath.Disable(dpo); derr != nil {
+		if derr := lanes.Disable(dpo); derr != nil {
 			err = errors.Join(err, fmt.Errorf("disable lanes: %w", derr))
 		}
 	}()
@@ -313,13 +314,13 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	for r := 0; r < o.Reps; r++ {
 		for i := range modes {
 			m := modes[(i+r)%len(modes)]
-			if err := datapath.Disable(dpo); err != nil {
+			if err := lanes.Disable(dpo); err != nil {
 				return rep, fmt.Errorf("disable lanes: %w", err)
 			}
 			if lm := laneMode(m); lm != "" {
 				mo := dpo
 				mo.Mode = lm
-				if _, err := datapath.Enable(mo, rules); err != nil {
+				if _, err := lanes.Enable(mo, rules); err != nil {
 					return rep, fmt.Errorf("enable lanes (%s): %w", lm, err)
 				}
 			}
@@ -373,11 +374,11 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 
 // laneStats reads the lane's counters (nil in vanilla mode or when they
 // cannot be read).
-func laneStats(o datapath.Options, rules *policy.Set, mode string) *datapath.Stats {
+func laneStats(o lanes.Options, rules *policy.Set, mode string) *lanes.Stats {
 	if laneMode(mode) == "" {
 		return nil
 	}
-	st, err := datapath.ReadStats(o, rules)
+	st, err := lanes.ReadStats(o, rules)
 	if err != nil {
 		return nil
 	}
@@ -385,7 +386,7 @@ func laneStats(o datapath.Options, rules *policy.Set, mode string) *datapath.Sta
 }
 
 // addLaneDelta adds the counters' change over one repetition.
-func (c *CompareCase) addLaneDelta(before, after *datapath.Stats) {
+func (c *CompareCase) addLaneDelta(before, after *lanes.Stats) {
 	if before == nil || after == nil {
 		return
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
@@ -90,7 +90,7 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 	}
 	return compareTarget{
 		dst:         env.dst.String(),
-		lanes:       datapath.Options{Netns: laneNS},
+		lanes:       lanes.Options{Netns: laneNS},
 		senderNetns: n.Remote, senderDev: n.Wire.RemoteDev,
 		run: env.runCase,
 		settle: func() (string, error) {

@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/vishvananda/netlink"
+
+	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/steer"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
 )
 
 // kernelState is every value lanes, steer and isolate may touch on a
@@ -194,28 +195,28 @@ func TestComposeLanesSteerIsolate(t *testing.T) {
 	if _, err := rules.Add(r); err != nil {
 		t.Fatal(err)
 	}
-	lopts := datapath.Options{Netns: testbed.NetnsPath(tb, testbed.HostB), StateFile: filepath.Join(dir, "lanes.json"),
-		TrustOuterCsum: true, Mode: datapath.ModeSync,
+	lopts := lanes.Options{Netns: testbed.NetnsPath(tb, testbed.HostB), StateFile: filepath.Join(dir, "lanes.json"),
+		TrustOuterCsum: true, Mode: lanes.ModeSync,
 		// Bridge netfilter may be on: the test's endpoint has no rules.
 		SkipNetfilter: true}
-	lanes := &component{name: "lanes"}
-	lanes.enable = func(t *testing.T) {
-		if _, err := datapath.Enable(lopts, &rules); err != nil {
+	lanesC := &component{name: "lanes"}
+	lanesC.enable = func(t *testing.T) {
+		if _, err := lanes.Enable(lopts, &rules); err != nil {
 			t.Fatalf("lanes enable: %v", err)
 		}
 	}
-	lanes.disable = func(t *testing.T) {
-		if err := datapath.Disable(lopts); err != nil {
+	lanesC.disable = func(t *testing.T) {
+		if err := lanes.Disable(lopts); err != nil {
 			t.Fatalf("lanes disable: %v", err)
 		}
 	}
-	lanes.check = func(t *testing.T) {
-		st0, err := datapath.ReadStats(lopts, &rules)
+	lanesC.check = func(t *testing.T) {
+		st0, err := lanes.ReadStats(lopts, &rules)
 		if err != nil {
 			t.Fatalf("lanes stats: %v", err)
 		}
 		pingPong(t, tx, hi, "198.19.0.2:7000", 20)
-		st1, err := datapath.ReadStats(lopts, &rules)
+		st1, err := lanes.ReadStats(lopts, &rules)
 		if err != nil {
 			t.Fatalf("lanes stats: %v", err)
 		}
@@ -223,8 +224,8 @@ func TestComposeLanesSteerIsolate(t *testing.T) {
 			t.Errorf("lanes: high lane counted %d of 20 packets", d)
 		}
 	}
-	lanes.owned = func(t *testing.T) []string {
-		st, err := datapath.LoadState(lopts.StateFile)
+	lanesC.owned = func(t *testing.T) []string {
+		st, err := lanes.LoadState(lopts.StateFile)
 		if err != nil || st == nil {
 			t.Fatalf("lanes record: %v", err)
 		}
@@ -348,7 +349,7 @@ func TestComposeLanesSteerIsolate(t *testing.T) {
 		}
 		return keys
 	}
-	all := []*component{lanes, steerC, isoC}
+	all := []*component{lanesC, steerC, isoC}
 	t.Cleanup(func() {
 		for i := len(all) - 1; i >= 0; i-- {
 			if all[i].active {
@@ -360,10 +361,10 @@ func TestComposeLanesSteerIsolate(t *testing.T) {
 	orig := kernelState(t, tb, pid, cgroupFile)
 	// Enable orders: isolate after steer (it yields steer's rps_cpus);
 	// lanes anywhere. Revert orders: all six.
-	enableOrders := [][]*component{{lanes, steerC, isoC}, {steerC, isoC, lanes}, {steerC, lanes, isoC}}
+	enableOrders := [][]*component{{lanesC, steerC, isoC}, {steerC, isoC, lanesC}, {steerC, lanesC, isoC}}
 	revertOrders := [][]*component{
-		{lanes, steerC, isoC}, {lanes, isoC, steerC}, {steerC, lanes, isoC},
-		{steerC, isoC, lanes}, {isoC, lanes, steerC}, {isoC, steerC, lanes},
+		{lanesC, steerC, isoC}, {lanesC, isoC, steerC}, {steerC, lanesC, isoC},
+		{steerC, isoC, lanesC}, {isoC, lanesC, steerC}, {isoC, steerC, lanesC},
 	}
 	for round, rev := range revertOrders {
 		en := enableOrders[round%len(enableOrders)]

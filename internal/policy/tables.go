@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"fmt"
 	"net/netip"
-
-	"github.com/cilium/ebpf"
 )
 
 // L4 classes, as enum lanes_l4 in bpf/include/lanes_structs.h.
@@ -105,95 +102,4 @@ func Compile(s *Set) Tables {
 		}
 	}
 	return t
-}
-
-// LPMKey is the key of the lane's LPM tries (struct lanes_lpm_key).
-type LPMKey struct {
-	Prefixlen uint32
-	Addr      [16]byte
-}
-
-// KeyOf renders a 128-bit-space prefix as an LPM key.
-func KeyOf(p netip.Prefix) LPMKey {
-	return LPMKey{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()}
-}
-
-// Maps are the policy maps of the lane (bpf/include/lanes_maps.h).
-type Maps struct {
-	Dst, Src, Ports, Protos *ebpf.Map
-}
-
-// Apply writes tables into the maps, changing only what differs, so rules
-// change at runtime without reattaching. Between single-entry updates a
-// packet may see a mix of the old and the new policy; either way it is
-// delivered, only its lane differs.
-func Apply(m Maps, t Tables) error {
-	for _, x := range []struct {
-		name string
-		mp   *ebpf.Map
-		want map[netip.Prefix]uint64
-	}{{"dst", m.Dst, t.Dst}, {"src", m.Src, t.Src}} {
-		if err := applyLPM(x.mp, x.want); err != nil {
-			return fmt.Errorf("apply %s prefixes: %w", x.name, err)
-		}
-	}
-	for c := uint32(0); c < NumClasses; c++ {
-		if err := m.Protos.Put(c, t.Protos[c]); err != nil {
-			return fmt.Errorf("apply protocol masks: %w", err)
-		}
-	}
-	if err := applyPorts(m.Ports, t.Ports); err != nil {
-		return fmt.Errorf("apply port masks: %w", err)
-	}
-	return nil
-}
-
-func applyLPM(mp *ebpf.Map, want map[netip.Prefix]uint64) error {
-	var k LPMKey
-	var v uint64
-	var stale []LPMKey
-	it := mp.Iterate()
-	for it.Next(&k, &v) {
-		p := netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen))
-		if _, ok := want[p]; !ok {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for p, mask := range want {
-		if err := mp.Put(KeyOf(p), mask); err != nil {
-			return fmt.Errorf("put %s: %w", p, err)
-		}
-	}
-	for _, k := range stale {
-		if err := mp.Delete(k); err != nil {
-			return fmt.Errorf("delete stale prefix: %w", err)
-		}
-	}
-	return nil
-}
-
-func applyPorts(mp *ebpf.Map, want map[uint32]uint64) error {
-	var v uint64
-	it := mp.Iterate()
-	var k uint32
-	var changed []uint32
-	var vals []uint64
-	for it.Next(&k, &v) {
-		if v != want[k] {
-			changed = append(changed, k)
-			vals = append(vals, want[k])
-		}
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for i, k := range changed {
-		if err := mp.Put(k, vals[i]); err != nil {
-			return err
-		}
-	}
-	return nil
 }

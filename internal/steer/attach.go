@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/rxlane/rxlane/internal/datapath"
-	"github.com/rxlane/rxlane/internal/journal"
-	"github.com/rxlane/rxlane/internal/netns"
-	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/overlay"
+	"github.com/rxlane/rxlane/internal/tcattach"
 )
 
 // The steering tc filter: clsact ingress, this priority (after the lanes'
@@ -265,7 +266,7 @@ func (o *Options) validate() error {
 // peerNetnsName is the namespace reference (NetnsRef) of the namespace
 // with the given ID as seen from the calling thread's namespace.
 func peerNetnsName(nsid int) (string, error) {
-	p, err := datapath.PeerNetns(nsid)
+	p, err := overlay.PeerNetns(nsid)
 	if err != nil {
 		return "", err
 	}

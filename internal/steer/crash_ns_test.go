@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -78,7 +78,7 @@ func TestEnableKilledAtEveryStep(t *testing.T) {
 	tb := testbedtest.Up(t, testbedtest.Config(t))
 	// A veth's default tx offload on the sending end, for --sender-tx-off
 	// to turn off and disable to restore.
-	if _, err := datapath.SetOffload(testbed.NetnsPath(tb, testbed.HostA), testbed.WireA, datapath.OffloadTxCsum, true); err != nil {
+	if _, err := ethtool.SetIn(testbed.NetnsPath(tb, testbed.HostA), testbed.WireA, ethtool.TxCsum, true); err != nil {
 		t.Fatal(err)
 	}
 	rx := listen(t, tb, testbed.CtrB, "198.19.0.2:7000")

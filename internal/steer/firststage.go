@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/rxlane/rxlane/internal/datapath"
-	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/ethtool"
+	"github.com/rxlane/rxlane/internal/testbed"
 )
 
 // First-stage offload (--first-stage cpumap): bpf/steer.c's steer_xdp, in
@@ -109,7 +110,7 @@ func senderTxOff(hostNS string, fs *FirstStage, record func(PeerOffload) error) 
 		return fmt.Errorf("steer: --sender-tx-off: %s is not a namespace of an rxlane testbed; turn tx checksum offload off on the sender yourself (ethtool -K %s tx off)", ns, peer)
 	}
 	return inNetnsSysfs(ns, func() error {
-		prev, err := datapath.GetOffload("", peer, datapath.OffloadTxCsum)
+		prev, err := ethtool.GetIn("", peer, ethtool.TxCsum)
 		if err != nil {
 			return err
 		}
@@ -119,7 +120,7 @@ func senderTxOff(hostNS string, fs *FirstStage, record func(PeerOffload) error) 
 		if err := record(PeerOffload{Netns: ns, Dev: peer, Prev: prev}); err != nil {
 			return err
 		}
-		_, err = datapath.SetOffload("", peer, datapath.OffloadTxCsum, false)
+		_, err = ethtool.SetIn("", peer, ethtool.TxCsum, false)
 		return err
 	})
 }
@@ -129,7 +130,7 @@ func restorePeerTx(p *PeerOffload) error {
 		return nil
 	}
 	err := inNetnsSysfs(p.Netns, func() error {
-		_, err := datapath.SetOffload("", p.Dev, datapath.OffloadTxCsum, p.Prev)
+		_, err := ethtool.SetIn("", p.Dev, ethtool.TxCsum, p.Prev)
 		if errors.Is(err, unix.ENODEV) {
 			return nil
 		}

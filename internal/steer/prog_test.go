@@ -9,8 +9,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/rxlane/rxlane/internal/bpftest"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/bpftest"
 )
 
 func TestLayoutMatchesC(t *testing.T) {

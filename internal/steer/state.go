@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/rxlane/rxlane/internal/journal"
 )
 

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/rxlane/rxlane/internal/bpfmaps"
-	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/bpfmaps"
+	"github.com/rxlane/rxlane/internal/tcattach"
 )
 
 // openMaps finds the maps of the attached program through its tc filter

@@ -15,11 +15,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 	"github.com/rxlane/rxlane/internal/trace"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // snapshot is the kernel state steering may touch in a node: every

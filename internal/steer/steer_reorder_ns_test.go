@@ -17,11 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rxlane/rxlane/internal/bench"
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"golang.org/x/sys/unix"
 )
 
 // pinThread pins the calling goroutine's thread to cpu until the returned
@@ -505,7 +506,7 @@ func TestFirstStageCpumapOnTestbed(t *testing.T) {
 	// The testbed's wire computes its checksums (no tx offload); give
 	// hostA's end the offload a veth has by default, which is what
 	// --sender-tx-off must turn off and restore.
-	if _, err := datapath.SetOffload(testbed.NetnsPath(tb, testbed.HostA), testbed.WireA, datapath.OffloadTxCsum, true); err != nil {
+	if _, err := ethtool.SetIn(testbed.NetnsPath(tb, testbed.HostA), testbed.WireA, ethtool.TxCsum, true); err != nil {
 		t.Fatal(err)
 	}
 	rx := listen(t, tb, testbed.CtrB, "198.19.0.2:7200")

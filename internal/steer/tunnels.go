@@ -5,8 +5,9 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/rxlane/rxlane/internal/datapath"
 	"github.com/vishvananda/netlink"
+
+	"github.com/rxlane/rxlane/internal/overlay"
 )
 
 // endpoint is a container device whose stage (S3) steering chooses: by
@@ -23,7 +24,7 @@ type endpoint struct {
 // tunnelPath is one VXLAN device's receive path: the device, its
 // underlay and the container devices behind it.
 type tunnelPath struct {
-	tunnel  datapath.Tunnel
+	tunnel  overlay.Tunnel
 	vxIndex int
 	// underlayNS is the namespace of tunnel.Underlay: the host namespace
 	// itself, or (Docker's overlay) the one the VXLAN device was created
@@ -49,7 +50,7 @@ func discover(hostNS string) ([]tunnelPath, error) {
 	var paths []tunnelPath
 	linkNsid := map[int]int{} // paths index -> IFLA_LINK_NETNSID (Docker)
 	err := inNetnsSysfs(hostNS, func() error {
-		topo, err := datapath.Discover()
+		topo, err := overlay.Discover()
 		if err != nil {
 			return err
 		}
@@ -119,7 +120,7 @@ func discover(hostNS string) ([]tunnelPath, error) {
 // tunnelEndpoints are the container devices behind tn, one per device with
 // every key that leads to it (several MACs in a bridge port's FDB; a pod's
 // IPv4 and IPv6 addresses). Runs in the host namespace.
-func tunnelEndpoints(topo datapath.Topology, tn datapath.Tunnel) ([]endpoint, error) {
+func tunnelEndpoints(topo overlay.Topology, tn overlay.Tunnel) ([]endpoint, error) {
 	var eps []endpoint
 	byPort := map[int]int{} // host-side ifindex -> eps index
 	for _, ep := range topo.Endpoints {
@@ -163,10 +164,10 @@ func tunnelEndpoints(topo datapath.Topology, tn datapath.Tunnel) ([]endpoint, er
 // underlayElsewhere finds, in the namespace ns that holds the VXLAN
 // device's UDP socket, the device its packets arrive on: the route to the
 // tunnel's first peer.
-func underlayElsewhere(ns string, tn datapath.Tunnel) (string, error) {
+func underlayElsewhere(ns string, tn overlay.Tunnel) (string, error) {
 	var dev string
 	err := inNetnsSysfs(ns, func() (err error) {
-		if dev, err = datapath.RouteDevice(tn.Peers[0]); err != nil {
+		if dev, err = overlay.RouteDevice(tn.Peers[0]); err != nil {
 			return fmt.Errorf("steer: find %s's underlay (its peer's route) in %s: %w", tn.Name, ns, err)
 		}
 		return nil

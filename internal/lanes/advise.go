@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"cmp"
@@ -9,9 +9,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rxlane/rxlane/internal/netns"
-	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/vishvananda/netlink"
+
+	"github.com/rxlane/rxlane/internal/ethtool"
+	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/overlay"
+	"github.com/rxlane/rxlane/internal/policy"
 )
 
 // Advice says what stands between the lane's rules and the lane: every
@@ -62,7 +65,7 @@ func (f underlayFacts) csumUnverified(dev string) string {
 // (sysfs of that namespace for RPS). Advice never fails an enable: a
 // namespace it cannot enter gives no facts and the error, which advise
 // turns into a warning (an unread fact must not look like a clean node).
-func readUnderlays(nsPath string, topo Topology) (map[string]underlayFacts, error) {
+func readUnderlays(nsPath string, topo overlay.Topology) (map[string]underlayFacts, error) {
 	out := map[string]underlayFacts{}
 	err := netns.Do(nsPath, true, func() error {
 		for _, tn := range topo.Tunnels {
@@ -76,18 +79,18 @@ func readUnderlays(nsPath string, topo Topology) (map[string]underlayFacts, erro
 			if l, err := netlink.LinkByName(tn.Underlay); err == nil {
 				f.veth = l.Type() == "veth"
 				if f.veth {
-					f.gro, _ = getOffload(tn.Underlay, OffloadGRO)
+					f.gro, _ = ethtool.Get(tn.Underlay, ethtool.GRO)
 					f.peerTxCsum = true // unless read otherwise below
-					if ns, peer, err := vethPeer(l); err == nil {
+					if ns, peer, err := overlay.VethPeer(l); err == nil {
 						f.peer = peer.Attrs().Name
 						inNetns(ns, func() (err error) {
-							f.peerTxCsum, err = getOffload(peer.Attrs().Name, OffloadTxCsum)
+							f.peerTxCsum, err = ethtool.Get(peer.Attrs().Name, ethtool.TxCsum)
 							return err
 						})
 					}
 				}
 			}
-			f.rxCsum, _ = getOffload(tn.Underlay, OffloadRxCsum)
+			f.rxCsum, _ = ethtool.Get(tn.Underlay, ethtool.RxCsum)
 			qs, _ := filepath.Glob(filepath.Join("/sys/class/net", tn.Underlay, "queues/rx-*/rps_cpus"))
 			for _, q := range qs {
 				b, err := os.ReadFile(q)
@@ -108,7 +111,7 @@ func readUnderlays(nsPath string, topo Topology) (map[string]underlayFacts, erro
 
 // advise finds the conditions. skip and trust are the lane's --skip-netfilter
 // and --trust-outer-csum, mode its mode.
-func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, underErr error, skip, trust bool, mode string) Advice {
+func advise(topo overlay.Topology, rules *policy.Set, under map[string]underlayFacts, underErr error, skip, trust bool, mode string) Advice {
 	a := Advice{Rules: len(rules.Rules), Warnings: []string{}}
 	warn := func(format string, args ...any) { a.Warnings = append(a.Warnings, fmt.Sprintf(format, args...)) }
 	if underErr != nil {
@@ -118,7 +121,7 @@ func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, un
 		warn("the lane holds no rule: every packet takes the normal path (rules are kept per namespace: add them with the same --netns as enable)")
 	}
 	for _, r := range rules.Rules {
-		var matched, served []Endpoint
+		var matched, served []overlay.Endpoint
 		for _, e := range topo.Endpoints {
 			if !ruleMatches(r, e) {
 				continue
@@ -172,17 +175,17 @@ func advise(topo Topology, rules *policy.Set, under map[string]underlayFacts, un
 
 // MatchesEndpoint says whether a packet rule r matches can be addressed
 // to one of topo's endpoints (served or not).
-func MatchesEndpoint(topo Topology, r policy.Rule) bool {
-	return slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return ruleMatches(r, e) })
+func MatchesEndpoint(topo overlay.Topology, r policy.Rule) bool {
+	return slices.ContainsFunc(topo.Endpoints, func(e overlay.Endpoint) bool { return ruleMatches(r, e) })
 }
 
-func ruleMatches(r policy.Rule, e Endpoint) bool {
+func ruleMatches(r policy.Rule, e overlay.Endpoint) bool {
 	return (r.VNI == 0 || r.VNI == e.VNI) && (!r.Dst.IsValid() || endpointIn(e, r.Dst))
 }
 
 // endpointIn says whether one of e's addresses is in p; an endpoint
 // known only by its MAC (a bridge FDB entry) may be.
-func endpointIn(e Endpoint, p netip.Prefix) bool {
+func endpointIn(e overlay.Endpoint, p netip.Prefix) bool {
 	if !e.IP.IsValid() && len(e.Addrs) == 0 {
 		return true
 	}

@@ -1,14 +1,16 @@
-package datapath
+package lanes
 
 import (
 	"errors"
 	"path/filepath"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
+	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
 )
 
 // xdpOf returns the XDP program ID attached to dev in a namespace (0: none).
@@ -33,7 +35,7 @@ func xdpOf(t *testing.T, nsPath, dev string) uint32 {
 func groOf(t *testing.T, nsPath, dev string) bool {
 	t.Helper()
 	var on bool
-	if err := inNetns(nsPath, func() (err error) { on, err = getOffload(dev, OffloadGRO); return }); err != nil {
+	if err := inNetns(nsPath, func() (err error) { on, err = ethtool.Get(dev, ethtool.GRO); return }); err != nil {
 		t.Fatal(err)
 	}
 	return on
@@ -53,12 +55,12 @@ func TestQueueLaneOnTestbed(t *testing.T) {
 	// frames reach the container as CHECKSUM_NONE (docs/lanes.md). A real
 	// NIC puts correct checksums on the wire; the testbed's sender needs tx
 	// off. Restored at the end.
-	prevTx, err := SetOffload(hostA, testbed.WireA, OffloadTxCsum, false)
+	prevTx, err := ethtool.SetIn(hostA, testbed.WireA, ethtool.TxCsum, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := SetOffload(hostA, testbed.WireA, OffloadTxCsum, prevTx); err != nil {
+		if _, err := ethtool.SetIn(hostA, testbed.WireA, ethtool.TxCsum, prevTx); err != nil {
 			t.Errorf("restore tx on %s: %v", testbed.WireA, err)
 		}
 	})

@@ -1,4 +1,4 @@
-package datapath
+package overlay
 
 import (
 	"fmt"
@@ -58,10 +58,10 @@ func (p *pods) read(l netlink.Link) (*podSide, error) {
 		return nil, fmt.Errorf("%s is not a veth", l.Attrs().Name)
 	}
 	if p.ids == nil {
-		p.ids = netnsIDs()
+		p.ids = NetnsIDs()
 	}
 	s := &podSide{}
-	_, err := vethPeerDo(l, p.ids, func(pl netlink.Link) error {
+	_, err := VethPeerDo(l, p.ids, func(pl netlink.Link) error {
 		s.MAC = pl.Attrs().HardwareAddr
 		as, err := netlink.AddrList(pl, netlink.FAMILY_ALL)
 		if err != nil {
@@ -86,11 +86,11 @@ func (p *pods) read(l netlink.Link) (*podSide, error) {
 	return s, nil
 }
 
-// netnsIDs maps the IDs the calling thread's namespace gives other
+// NetnsIDs maps the IDs the calling thread's namespace gives other
 // namespaces (IFLA_LINK_NETNSID) to their files, among the directories
 // where ip netns, Kubernetes' CNI (cni-<id>) and Docker keep them, and the
 // host's own namespace, which has no file there.
-func netnsIDs() map[int]string {
+func NetnsIDs() map[int]string {
 	ids := map[int]string{}
 	add := func(p string) {
 		h, err := netns.GetFromPath(p)

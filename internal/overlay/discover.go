@@ -1,4 +1,4 @@
-package datapath
+package overlay
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/rxlane/rxlane/internal/netns"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -193,10 +195,10 @@ func egressFilter(l netlink.Link) string {
 	return ""
 }
 
-// routedSkip is why routed endpoints need --skip-netfilter: the normal path routes
+// RoutedSkip is why routed endpoints need --skip-netfilter: the normal path routes
 // them, through netfilter FORWARD (Calico's and Flannel's policy) and
 // reverse-path filtering, which the lane does not run.
-const routedSkip = "routed endpoint: the normal path runs netfilter FORWARD and rp_filter, which the lane skips"
+const RoutedSkip = "routed endpoint: the normal path runs netfilter FORWARD and rp_filter, which the lane skips"
 
 // RouteDevice is the device the calling thread's namespace routes a to:
 // for a VXLAN device without a fixed underlay, the device its peer's
@@ -235,7 +237,7 @@ func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neig
 		out = append(out, Endpoint{
 			VNI: tn.VNI, IP: ip, MAC: mac, SrcMAC: dev.Attrs().HardwareAddr,
 			Dev: port.Attrs().Name, Ifindex: port.Attrs().Index, MTU: port.Attrs().MTU,
-			Skip: join(routedSkip, egressFilter(port)),
+			Skip: join(RoutedSkip, egressFilter(port)),
 		})
 	}
 	for _, r := range routes {
@@ -311,5 +313,15 @@ func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neig
 	return out, nil
 }
 
-// errNoTunnel is returned when a namespace has no VXLAN device to serve.
-var errNoTunnel = errors.New("no VXLAN device found (looked for vxlan links with a fixed VNI)")
+// ErrNoTunnel is returned when a namespace has no VXLAN device to serve.
+var ErrNoTunnel = errors.New("no VXLAN device found (looked for vxlan links with a fixed VNI)")
+
+// DiscoverIn discovers the namespace file nsPath ("" for the caller's)
+// without changing anything.
+func DiscoverIn(nsPath string) (topo Topology, err error) {
+	err = netns.Do(nsPath, false, func() error {
+		topo, err = Discover()
+		return err
+	})
+	return topo, err
+}

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"bytes"
@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
 )
 
 // TestLaneOnDockerOverlay enables the lane inside a Docker-overlay-like

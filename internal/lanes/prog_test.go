@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 )
 
@@ -29,16 +31,16 @@ var (
 	ifRouted  = 1001
 )
 
-func fixtureTopology() Topology {
-	return Topology{
+func fixtureTopology() overlay.Topology {
+	return overlay.Topology{
 		LocalAddrs: []netip.Addr{netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("fd18::2")},
-		Tunnels: []Tunnel{
+		Tunnels: []overlay.Tunnel{
 			{Name: "vxB", Ifindex: 10, VNI: 42, Port: 4789, MAC: net.HardwareAddr{0x66, 0, 0, 0, 0, 0x42},
 				Peers: []netip.Addr{netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("fd18::1")}},
 			{Name: "vxlan.calico", Ifindex: 11, VNI: 7, Port: 4789, Routed: true, MAC: vx7MAC,
 				Peers: []netip.Addr{netip.MustParseAddr("198.18.0.1")}},
 		},
-		Endpoints: []Endpoint{
+		Endpoints: []overlay.Endpoint{
 			{VNI: 42, MAC: ctbMAC, Dev: "vhB", Ifindex: ifBridged, MTU: 1450},
 			{VNI: 7, IP: netip.MustParseAddr("10.7.0.2"), MAC: podMAC, SrcMAC: caliMAC, Dev: "cali1", Ifindex: ifRouted, MTU: 1450},
 			{VNI: 7, IP: netip.MustParseAddr("fd07::2"), MAC: podMAC, SrcMAC: caliMAC, Dev: "cali1", Ifindex: ifRouted, MTU: 1450},

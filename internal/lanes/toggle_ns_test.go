@@ -1,4 +1,4 @@
-package datapath_test
+package lanes_test
 
 import (
 	"encoding/binary"
@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/rxlane/rxlane/internal/bench"
-	"github.com/rxlane/rxlane/internal/datapath"
+	"github.com/rxlane/rxlane/internal/ethtool"
+	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -117,19 +119,19 @@ func TestToggleUnderTraffic(t *testing.T) {
 	tb := testbedtest.Up(t, testbedtest.Config(t))
 	hostA := filepath.Join("/run/netns", tb.NS(testbed.HostA))
 	hostB := filepath.Join("/run/netns", tb.NS(testbed.HostB))
-	opts := datapath.Options{Netns: hostB, StateFile: filepath.Join(t.TempDir(), "datapath.json"),
+	opts := lanes.Options{Netns: hostB, StateFile: filepath.Join(t.TempDir(), "lanes.json"),
 		SkipNetfilter: true, TrustOuterCsum: true}
 	t.Cleanup(func() {
-		if err := datapath.Disable(opts); err != nil {
+		if err := lanes.Disable(opts); err != nil {
 			t.Errorf("disable: %v", err)
 		}
 	})
 	// The queue lane needs real inner checksums from a veth sender.
-	prev, err := datapath.SetOffload(hostA, testbed.WireA, datapath.OffloadTxCsum, false)
+	prev, err := ethtool.SetIn(hostA, testbed.WireA, ethtool.TxCsum, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { datapath.SetOffload(hostA, testbed.WireA, datapath.OffloadTxCsum, prev) })
+	t.Cleanup(func() { ethtool.SetIn(hostA, testbed.WireA, ethtool.TxCsum, prev) })
 
 	var rules policy.Set
 	r, _ := policy.Parse(policy.Spec{Dst: "198.19.0.2", Proto: "udp", Port: "7000"})
@@ -228,16 +230,16 @@ func TestToggleUnderTraffic(t *testing.T) {
 	}()
 
 	waitFor(2000)
-	for _, mode := range []string{datapath.ModeSync, datapath.ModeQueue} {
+	for _, mode := range []string{lanes.ModeSync, lanes.ModeQueue} {
 		o := opts
 		o.Mode = mode
 		for i := range 2 {
-			if _, err := datapath.Enable(o, &rules); err != nil {
+			if _, err := lanes.Enable(o, &rules); err != nil {
 				close(stop)
 				t.Fatalf("enable %s (%d): %v", mode, i, err)
 			}
 			waitFor(got.Load() + 2000) // traffic flows with the lane on
-			if err := datapath.Disable(o); err != nil {
+			if err := lanes.Disable(o); err != nil {
 				close(stop)
 				t.Fatalf("disable %s (%d): %v", mode, i, err)
 			}

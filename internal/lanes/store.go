@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"context"
@@ -7,9 +7,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
-	"golang.org/x/sys/unix"
 )
 
 // Store is one namespace's lanes as rxlane keeps them: its rules file,

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 )
 
@@ -25,14 +26,14 @@ func TestAdvice(t *testing.T) {
 		return &s
 	}
 	pod := netip.MustParseAddr("10.7.0.2")
-	tn := Tunnel{Name: "flannel.1", VNI: 1, Underlay: "ens9", OuterCsum: true, Routed: true}
-	routed := Topology{Tunnels: []Tunnel{tn}, Endpoints: []Endpoint{{VNI: 1, IP: pod, Skip: routedSkip}}}
-	bridged := Topology{Tunnels: []Tunnel{{Name: "vxB", VNI: 42, Underlay: "wireB"}},
-		Endpoints: []Endpoint{{VNI: 42, Addrs: []netip.Addr{netip.MustParseAddr("198.19.0.2")}}}}
+	tn := overlay.Tunnel{Name: "flannel.1", VNI: 1, Underlay: "ens9", OuterCsum: true, Routed: true}
+	routed := overlay.Topology{Tunnels: []overlay.Tunnel{tn}, Endpoints: []overlay.Endpoint{{VNI: 1, IP: pod, Skip: overlay.RoutedSkip}}}
+	bridged := overlay.Topology{Tunnels: []overlay.Tunnel{{Name: "vxB", VNI: 42, Underlay: "wireB"}},
+		Endpoints: []overlay.Endpoint{{VNI: 42, Addrs: []netip.Addr{netip.MustParseAddr("198.19.0.2")}}}}
 	nic := map[string]underlayFacts{"ens9": {rxCsum: true}, "wireB": {veth: true, gro: true}}
 	for _, tc := range []struct {
 		name  string
-		topo  Topology
+		topo  overlay.Topology
 		rules *policy.Set
 		under map[string]underlayFacts
 		force bool
@@ -51,7 +52,7 @@ func TestAdvice(t *testing.T) {
 		{"veth without gro", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {veth: true}}, true, false, ModeSync, []string{"GRO off"}},
 		{"nic without rx csum", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {}}, true, false, ModeSync, []string{"rx-checksumming off"}},
 		{"rps", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, false, ModeSync, []string{"RPS is on for ens9 (rx-0: 2)"}},
-		{"docker sandbox", Topology{Tunnels: []Tunnel{{Name: "vxlan0", VNI: 4242, Bridge: "br0"}}, Endpoints: bridged.Endpoints},
+		{"docker sandbox", overlay.Topology{Tunnels: []overlay.Tunnel{{Name: "vxlan0", VNI: 4242, Bridge: "br0"}}, Endpoints: bridged.Endpoints},
 			rule("198.19.0.2"), nil, false, false, ModeSync, []string{"vxlan0 has no underlay in this namespace"}},
 		{"rps, queue mode", routed, rule("10.7.0.0/24"), map[string]underlayFacts{"ens9": {rxCsum: true, rps: []string{"rx-0: 2"}}}, true, true, ModeQueue, nil},
 		{"queue mode, checksums", routed, rule("10.7.0.0/24"), nic, true, false, ModeQueue, []string{"XDP cannot see whether the device verified them"}},
@@ -80,8 +81,8 @@ func TestAdviceUnreadUnderlay(t *testing.T) {
 	var rules policy.Set
 	r, _ := policy.Parse(policy.Spec{Dst: "10.7.0.0/24"})
 	rules.Add(r)
-	topo := Topology{Tunnels: []Tunnel{{Name: "flannel.1", VNI: 1, Underlay: "ens9", OuterCsum: true, Routed: true}},
-		Endpoints: []Endpoint{{VNI: 1, IP: netip.MustParseAddr("10.7.0.2")}}}
+	topo := overlay.Topology{Tunnels: []overlay.Tunnel{{Name: "flannel.1", VNI: 1, Underlay: "ens9", OuterCsum: true, Routed: true}},
+		Endpoints: []overlay.Endpoint{{VNI: 1, IP: netip.MustParseAddr("10.7.0.2")}}}
 	a := advise(topo, &rules, nil, errors.New("mount sysfs: busy"), true, false, ModeSync)
 	if len(a.Warnings) != 1 || !strings.Contains(a.Warnings[0], "could not read the underlays") || !strings.Contains(a.Warnings[0], "mount sysfs: busy") {
 		t.Fatalf("warnings %q", a.Warnings)

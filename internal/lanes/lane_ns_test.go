@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -94,11 +95,11 @@ func TestLaneOnTestbed(t *testing.T) {
 	// Before any traffic brB's FDB knows no container MAC: discovery must
 	// still find ctrB's end of vhB (a container that has not sent yet, or
 	// whose FDB entry aged out, is served from the start).
-	var fresh Topology
-	if err := inNetns(hostB, func() (err error) { fresh, err = Discover(); return }); err != nil {
+	var fresh overlay.Topology
+	if err := inNetns(hostB, func() (err error) { fresh, err = overlay.Discover(); return }); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(fresh.Endpoints, func(e Endpoint) bool {
+	if !slices.ContainsFunc(fresh.Endpoints, func(e overlay.Endpoint) bool {
 		return e.Dev == testbed.VhB && bytes.Equal(e.MAC, testbed.MACCtB)
 	}) {
 		t.Fatalf("fresh testbed: endpoint %s on %s not discovered: %+v", testbed.MACCtB, testbed.VhB, fresh.Endpoints)

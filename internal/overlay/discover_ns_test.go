@@ -1,4 +1,4 @@
-package datapath
+package overlay
 
 import (
 	"bytes"
@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/netns"
+
+	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
 
 // newNamedNS creates a uniquely named namespace, removed in cleanup.
@@ -22,11 +25,11 @@ func newNamedNS(t *testing.T) string { return testbedtest.NewNamedNS(t, "rxlanes
 // and endpoint without knowing any names, and marks the endpoint as needing
 // --skip-netfilter.
 func TestDiscoverCalicoLike(t *testing.T) {
-	requireBPF(t)
+	testbedtest.RequireRoot(t)
 	host, pod := newNamedNS(t), newNamedNS(t)
 	underMAC := net.HardwareAddr{0x02, 0x10, 0, 0, 0, 1}
 	podMAC := net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
-	err := inNetns(host, func() error {
+	err := netns.Do(host, false, func() error {
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ens9", HardwareAddr: underMAC}, PeerName: "ens9peer"}); err != nil {
 			return err
 		}
@@ -43,7 +46,7 @@ func TestDiscoverCalicoLike(t *testing.T) {
 			Flags: netlink.NTF_SELF, IP: net.IPv4(198, 18, 9, 1), HardwareAddr: net.HardwareAddr{0x66, 0, 0, 0, 0, 1}}); err != nil {
 			return err
 		}
-		pfd, err := netns.GetFromPath(pod)
+		pfd, err := vnetns.GetFromPath(pod)
 		if err != nil {
 			return err
 		}
@@ -64,7 +67,7 @@ func TestDiscoverCalicoLike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := ShowTopology(host)
+	topo, err := DiscoverIn(host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func TestDiscoverCalicoLike(t *testing.T) {
 		t.Fatalf("endpoints: %+v", topo.Endpoints)
 	}
 	e := topo.Endpoints[0]
-	if e.Dev != "cali1234" || e.IP != netip.MustParseAddr("10.7.0.2") || !bytes.Equal(e.MAC, podMAC) || e.VNI != 4096 || e.Skip != routedSkip || e.MTU != 1450 {
+	if e.Dev != "cali1234" || e.IP != netip.MustParseAddr("10.7.0.2") || !bytes.Equal(e.MAC, podMAC) || e.VNI != 4096 || e.Skip != RoutedSkip || e.MTU != 1450 {
 		t.Fatalf("endpoint: %+v", e)
 	}
 }
@@ -91,7 +94,7 @@ func TestDiscoverCalicoLike(t *testing.T) {
 // interface, on the veth that leads to it; and that a pod whose namespace
 // has no file falls back to the neighbour table.
 func TestDiscoverColdRoutedPods(t *testing.T) {
-	requireBPF(t)
+	testbedtest.RequireRoot(t)
 	podMAC := net.HardwareAddr{0x0a, 0x58, 0x0a, 0x07, 0x00, 0x02}
 	pod4, pod6 := netip.MustParseAddr("10.7.0.2"), netip.MustParseAddr("fd00:7::2")
 	for _, bridged := range []bool{false, true} {
@@ -102,7 +105,7 @@ func TestDiscoverColdRoutedPods(t *testing.T) {
 			if bridged {
 				hostVeth = "veth0123abcd"
 			}
-			err := inNetns(host, func() error {
+			err := netns.Do(host, false, func() error {
 				if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ens9"}, PeerName: "ens9peer"}); err != nil {
 					return err
 				}
@@ -114,7 +117,7 @@ func TestDiscoverColdRoutedPods(t *testing.T) {
 				if err := netlink.LinkAdd(vx); err != nil {
 					return err
 				}
-				pfd, err := netns.GetFromPath(pod)
+				pfd, err := vnetns.GetFromPath(pod)
 				if err != nil {
 					return err
 				}
@@ -153,7 +156,7 @@ func TestDiscoverColdRoutedPods(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = inNetns(pod, func() error {
+			err = netns.Do(pod, false, func() error {
 				e, err := netlink.LinkByName("eth0")
 				if err != nil {
 					return err
@@ -173,7 +176,7 @@ func TestDiscoverColdRoutedPods(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			topo, err := ShowTopology(host)
+			topo, err := DiscoverIn(host)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,16 +196,16 @@ func TestDiscoverColdRoutedPods(t *testing.T) {
 
 			// Without a namespace file the pod is found only once the
 			// host has a neighbour entry for it.
-			if err := netns.DeleteNamed(filepath.Base(pod)); err != nil {
+			if err := vnetns.DeleteNamed(filepath.Base(pod)); err != nil {
 				t.Fatal(err)
 			}
-			if topo, err = ShowTopology(host); err != nil {
+			if topo, err = DiscoverIn(host); err != nil {
 				t.Fatal(err)
 			}
 			if len(topo.Endpoints) != 0 {
 				t.Fatalf("pod without a namespace file and no neighbour entry: want no endpoint, got %+v", topo.Endpoints)
 			}
-			err = inNetns(host, func() error {
+			err = netns.Do(host, false, func() error {
 				dev := hostVeth
 				if bridged {
 					dev = "cni0"
@@ -219,7 +222,7 @@ func TestDiscoverColdRoutedPods(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if topo, err = ShowTopology(host); err != nil {
+			if topo, err = DiscoverIn(host); err != nil {
 				t.Fatal(err)
 			}
 			if len(topo.Endpoints) != 1 || topo.Endpoints[0].IP != pod4 || topo.Endpoints[0].Dev != hostVeth || !bytes.Equal(topo.Endpoints[0].MAC, podMAC) {

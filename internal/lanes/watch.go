@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/rxlane/rxlane/internal/policy"
 )
 
 // WatchOptions tune Watch.

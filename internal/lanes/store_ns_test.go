@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func laneDstTable(t *testing.T, s *Store) map[netip.Prefix]uint64 {
 	t.Helper()
 	got := map[netip.Prefix]uint64{}
 	err := withAttached(s.Options(Options{}), false, func(m *lanesMaps, _ *State) error {
-		var k policy.LPMKey
+		var k lpmKey
 		var v uint64
 		it := m.DstMasks.Iterate()
 		for it.Next(&k, &v) {

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"fmt"
@@ -7,15 +7,16 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/rxlane/rxlane/internal/policy"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/policy"
 )
 
 // The classifier's per-packet cost (docs/lanes.md, "What the classifier
 // costs the flood"), measured with BPF_PROG_TEST_RUN through
 // Program.Benchmark on the fixture world of prog_test.go. Run alone:
 //
-//	flock /tmp/rxlane-cpu.lock go test -run '^$' -bench . -benchtime 2s -cpu 1 ./internal/datapath/
+//	flock /tmp/rxlane-cpu.lock go test -run '^$' -bench . -benchtime 2s -cpu 1 ./internal/lanes/
 //
 // ns/pkt is the kernel's own measurement (time around the program runs
 // divided by the repeat count). Frames the program leaves unchanged (low,

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"encoding/binary"
@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 )
 
@@ -106,10 +108,10 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 			t.Cleanup(func() { n.Close() })
 			// A NIC-like wire: the remote computes the outer UDP
 			// checksums, the node's GRO verifies them.
-			if _, err := SetOffload(n.Remote, n.Wire.RemoteDev, OffloadTxCsum, false); err != nil {
+			if _, err := ethtool.SetIn(n.Remote, n.Wire.RemoteDev, ethtool.TxCsum, false); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := SetOffload(n.Netns, n.Wire.NodeDev, OffloadGRO, true); err != nil {
+			if _, err := ethtool.SetIn(n.Netns, n.Wire.NodeDev, ethtool.GRO, true); err != nil {
 				t.Fatal(err)
 			}
 			o := Options{Netns: n.Netns, StateFile: filepath.Join(t.TempDir(), "datapath.json"), SkipNetfilter: true}
@@ -133,7 +135,7 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 			}
 			pod := n.Pods[0]
 			for _, a := range pod.Addrs {
-				if !slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return e.IP == a && e.Dev == pod.HostDev }) {
+				if !slices.ContainsFunc(topo.Endpoints, func(e overlay.Endpoint) bool { return e.IP == a && e.Dev == pod.HostDev }) {
 					t.Fatalf("pod address %s on %s not among the endpoints %+v", a, pod.HostDev, topo.Endpoints)
 				}
 			}
@@ -168,7 +170,7 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 			hasAll := func(p nodes.Pod) func(Topology) bool {
 				return func(topo Topology) bool {
 					for _, a := range p.Addrs {
-						if !slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return e.IP == a && e.Dev == p.HostDev }) {
+						if !slices.ContainsFunc(topo.Endpoints, func(e overlay.Endpoint) bool { return e.IP == a && e.Dev == p.HostDev }) {
 							return false
 						}
 					}
@@ -186,7 +188,7 @@ func TestLaneServesColdRoutedPods(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor("the deleted pod's removal", func(topo Topology) bool {
-				return hasAll(pod)(topo) && !slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return slices.Contains(added.Addrs, e.IP) })
+				return hasAll(pod)(topo) && !slices.ContainsFunc(topo.Endpoints, func(e overlay.Endpoint) bool { return slices.Contains(added.Addrs, e.IP) })
 			})
 			stop()
 		})

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"cmp"
@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"slices"
 
+	"strings"
+
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
 	"github.com/rxlane/rxlane/internal/bpfmaps"
 	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/tcattach"
-	"github.com/vishvananda/netlink"
-	"strings"
 )
 
 // The lane's tc filter: clsact ingress, this priority and handle, this
@@ -165,13 +168,13 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		}
 	}
 	err = inNetns(o.Netns, func() error {
-		topo, err = Discover()
+		topo.Topology, err = overlay.Discover()
 		if err != nil {
 			return err
 		}
 		topo.SkipNetfilter = o.SkipNetfilter
 		if len(topo.Tunnels) == 0 {
-			return errNoTunnel
+			return overlay.ErrNoTunnel
 		}
 		devs, tunnelDevs, err := attachPoints(o, topo, mode)
 		if err != nil {
@@ -189,8 +192,8 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		return enableNew(o, ref.Ino, mode, topo, tables, devs, tunnelDevs)
 	})
 	if err == nil {
-		under, uerr := readUnderlays(o.Netns, topo)
-		adv := advise(topo, rules, under, uerr, o.SkipNetfilter, o.TrustOuterCsum, mode)
+		under, uerr := readUnderlays(o.Netns, topo.Topology)
+		adv := advise(topo.Topology, rules, under, uerr, o.SkipNetfilter, o.TrustOuterCsum, mode)
 		topo.Advice = &adv
 	}
 	return topo, err
@@ -228,7 +231,7 @@ func reenable(o Options, prev *State, topo Topology, tables policy.Tables, devs,
 			return err
 		}
 	}
-	if err := writeTopology(m, topo, tables, o.SkipNetfilter); err != nil {
+	if err := writeTopology(m, topo.Topology, tables, o.SkipNetfilter); err != nil {
 		return err
 	}
 	if prev.Mode == ModeQueue {
@@ -248,7 +251,7 @@ func enableNew(o Options, ino uint64, mode string, topo Topology, tables policy.
 		return err
 	}
 	defer objs.Close()
-	if err := writeTopology(&objs.lanesMaps, topo, tables, o.SkipNetfilter); err != nil {
+	if err := writeTopology(&objs.lanesMaps, topo.Topology, tables, o.SkipNetfilter); err != nil {
 		return err
 	}
 	if err := applyPolicy(&objs.lanesMaps, tables); err != nil {
@@ -282,13 +285,13 @@ func enableNew(o Options, ino uint64, mode string, topo Topology, tables policy.
 		err = errors.Join(err, lerr, journal.Remove(o.StateFile))
 	}()
 	if mode == ModeQueue {
-		var served []Endpoint
+		var served []overlay.Endpoint
 		for _, ep := range topo.Endpoints {
 			if ep.Skip == "" || o.SkipNetfilter {
 				served = append(served, ep)
 			}
 		}
-		if _, err := enablePeerNAPI(served, func(p PeerOffload) error { return j.Intent(intentPeer, p) }); err != nil {
+		if _, err := overlay.EnablePeerGRO(served, func(p overlay.PeerOffload) error { return j.Intent(intentPeer, p) }); err != nil {
 			return err
 		}
 	}
@@ -508,7 +511,7 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 		if !st.Committed {
 			return ErrInterrupted
 		}
-		if topo, err = Discover(); err != nil {
+		if topo.Topology, err = overlay.Discover(); err != nil {
 			return err
 		}
 		skip := st.SkipNetfilter
@@ -521,7 +524,7 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 			if err := writeDevMACs(m, devs); err != nil {
 				return err
 			}
-			var served []Endpoint
+			var served []overlay.Endpoint
 			for _, ep := range topo.Endpoints {
 				if ep.Skip == "" || skip {
 					served = append(served, ep)
@@ -531,7 +534,7 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 			if err != nil {
 				return err
 			}
-			_, err = enablePeerNAPI(served, func(p PeerOffload) error { return j.Intent(intentPeer, p) })
+			_, err = overlay.EnablePeerGRO(served, func(p overlay.PeerOffload) error { return j.Intent(intentPeer, p) })
 			if cerr := j.Close(); err == nil {
 				err = cerr
 			}
@@ -539,11 +542,11 @@ func Sync(o Options, rules *policy.Set) (topo Topology, err error) {
 				return err
 			}
 		}
-		if err := writeTopology(m, topo, policy.Compile(rules), skip); err != nil {
+		if err := writeTopology(m, topo.Topology, policy.Compile(rules), skip); err != nil {
 			return err
 		}
-		under, uerr := readUnderlays(cmp.Or(o.Netns, st.Netns), topo)
-		adv := advise(topo, rules, under, uerr, skip, st.TrustOuterCsum, st.Mode)
+		under, uerr := readUnderlays(cmp.Or(o.Netns, st.Netns), topo.Topology)
+		adv := advise(topo.Topology, rules, under, uerr, skip, st.TrustOuterCsum, st.Mode)
 		topo.Advice = &adv
 		return nil
 	})
@@ -659,13 +662,4 @@ func readStats(m *lanesMaps) (*Stats, error) {
 		}
 	}
 	return s, nil
-}
-
-// ShowTopology discovers a namespace without changing anything.
-func ShowTopology(netnsPath string) (topo Topology, err error) {
-	err = inNetns(netnsPath, func() error {
-		topo, err = Discover()
-		return err
-	})
-	return topo, err
 }

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"bytes"
@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // TestWatchFollowsContainers enables the lane on a testbed, starts the
@@ -35,7 +37,7 @@ func TestWatchFollowsContainers(t *testing.T) {
 
 	newMAC := net.HardwareAddr{0x02, 0x72, 0x78, 0, 0, 0x33}
 	has := func(topo Topology) bool {
-		return slices.ContainsFunc(topo.Endpoints, func(e Endpoint) bool { return bytes.Equal(e.MAC, newMAC) })
+		return slices.ContainsFunc(topo.Endpoints, func(e overlay.Endpoint) bool { return bytes.Equal(e.MAC, newMAC) })
 	}
 	waitFor, stop := startWatch(t, opts, &rules, 10*time.Second)
 	waitFor("the initial topology", func(topo Topology) bool { return len(topo.Endpoints) > 0 && !has(topo) })

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"encoding/json"
@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/vishvananda/netlink"
+
+	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/overlay"
 )
 
 // The lane's record is a write-ahead journal (internal/journal): a begin
@@ -49,7 +51,7 @@ type State struct {
 	Attachments   []Attachment `json:"attachments"`
 	Mode          string       `json:"mode"`
 	// Peers are settings the queue lane changed on containers' veths.
-	Peers []PeerOffload `json:"peers,omitempty"`
+	Peers []overlay.PeerOffload `json:"peers,omitempty"`
 	// TrustOuterCsum is the loaded program's --trust-outer-csum.
 	TrustOuterCsum bool   `json:"trust_outer_csum,omitempty"`
 	Device         string `json:"device,omitempty"`
@@ -92,7 +94,7 @@ func loadState(path string) (*State, error) {
 			err = json.Unmarshal(r.Data, &a)
 			st.Attachments = append(st.Attachments, a)
 		case intentPeer:
-			var p PeerOffload
+			var p overlay.PeerOffload
 			err = json.Unmarshal(r.Data, &p)
 			st.Peers = append(st.Peers, p)
 		case intentSkipNetfilter:
@@ -121,7 +123,7 @@ func undo(st *State) error {
 		}
 	}
 	for i := len(st.Peers) - 1; i >= 0; i-- {
-		errs = append(errs, restorePeers(st.Peers[i:i+1]))
+		errs = append(errs, overlay.RestorePeers(st.Peers[i:i+1]))
 	}
 	return errors.Join(errs...)
 }

@@ -1,4 +1,4 @@
-package datapath
+package lanes
 
 import (
 	"encoding/binary"
