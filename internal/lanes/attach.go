@@ -310,20 +310,16 @@ func enableNew(o Options, ino uint64, mode string, topo Topology, tables policy.
 		if info, err := progs[d].Info(); err == nil {
 			a.Prog = info.Name
 		}
-		if !a.XDP {
-			has, err := tcattach.HasClsact(d)
-			if err != nil {
+		if a.XDP {
+			if err := j.Intent(intentAttach, a); err != nil {
 				return err
 			}
-			a.CreatedClsact = !has
-		}
-		if err := j.Intent(intentAttach, a); err != nil {
-			return err
-		}
-		if a.XDP {
 			err = attachXDP(d, progs[d])
 		} else {
-			err = attach(d, progs[d])
+			_, err = laneFilter.AttachRecorded(d, progs[d], func(creates bool) error {
+				a.CreatedClsact = creates
+				return j.Intent(intentAttach, a)
+			})
 		}
 		if err != nil {
 			return err
@@ -365,12 +361,6 @@ func attachPoints(o Options, topo Topology, mode string) (devs, tunnelDevs []str
 		return nil, nil, errors.New("no underlay device found for the VXLAN devices: pass --dev")
 	}
 	return devs, tunnelDevs, nil
-}
-
-// attach attaches the sync lane to dev's tc ingress.
-func attach(dev string, prog *ebpf.Program) error {
-	_, err := laneFilter.Attach(dev, prog)
-	return err
 }
 
 // detach removes the sync lane's filter (and the clsact qdisc if the lane

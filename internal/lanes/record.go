@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -92,7 +93,13 @@ func loadState(path string) (*State, error) {
 		case intentAttach:
 			var a Attachment
 			err = json.Unmarshal(r.Data, &a)
-			st.Attachments = append(st.Attachments, a)
+			// A device journaled again (its clsact came from someone
+			// else meanwhile) keeps the later record.
+			if i := slices.IndexFunc(st.Attachments, func(b Attachment) bool { return b.Device == a.Device && b.XDP == a.XDP }); i >= 0 {
+				st.Attachments[i] = a
+			} else {
+				st.Attachments = append(st.Attachments, a)
+			}
 		case intentPeer:
 			var p overlay.PeerOffload
 			err = json.Unmarshal(r.Data, &p)

@@ -320,26 +320,11 @@ func restoreRPS(cs []RPSChange) error {
 // calling thread's namespace, journaling a first: its program and whether
 // the clsact qdisc will be created here (the device has none now).
 func (j *stateLog) attach(a Attachment, prog *ebpf.Program) error {
-	l, err := netlink.LinkByName(a.Device)
-	if err != nil {
-		return fmt.Errorf("find %s: %w", a.Device, err)
-	}
-	qs, err := netlink.QdiscList(l)
-	if err != nil {
-		return fmt.Errorf("list qdiscs on %s: %w", a.Device, err)
-	}
-	a.CreatedClsact = !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" })
 	a.Prog = progID(prog)
-	if err := j.intent(kindFilter, a); err != nil {
-		return err
-	}
-	created, err := a.filter().Attach(a.Device, prog)
-	if created != a.CreatedClsact { // the qdisc came or went meanwhile
-		a.CreatedClsact = created
-		if jerr := j.intent(kindFilter, a); jerr != nil {
-			return errors.Join(err, jerr)
-		}
-	}
+	_, err := a.filter().AttachRecorded(a.Device, prog, func(creates bool) error {
+		a.CreatedClsact = creates
+		return j.intent(kindFilter, a)
+	})
 	if errors.Is(err, unix.EEXIST) {
 		err = fmt.Errorf("steer: %s already carries a steering program (another enable of this namespace): one steering instance per device: %w", a.Device, err)
 	}

@@ -95,6 +95,13 @@ func (f Filter) Instances(l netlink.Link) ([]*netlink.BpfFilter, error) {
 // adding the filter failed afterwards (the caller's undo must then remove
 // it with Detach).
 func (f Filter) Attach(dev string, prog *ebpf.Program) (createdClsact bool, err error) {
+	return f.AttachRecorded(dev, prog, nil)
+}
+
+// AttachRecorded is Attach for a caller with a write-ahead journal: before
+// changing anything it calls record (when not nil) with whether it is
+// about to create the clsact qdisc, and changes nothing if record fails.
+func (f Filter) AttachRecorded(dev string, prog *ebpf.Program, record func(createsClsact bool) error) (createdClsact bool, err error) {
 	l, err := netlink.LinkByName(dev)
 	if err != nil {
 		return false, fmt.Errorf("unknown device %q: %w", dev, err)
@@ -103,7 +110,13 @@ func (f Filter) Attach(dev string, prog *ebpf.Program) (createdClsact bool, err 
 	if err != nil {
 		return false, fmt.Errorf("list qdiscs on %s: %w", dev, err)
 	}
-	if !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
+	creates := !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" })
+	if record != nil {
+		if err := record(creates); err != nil {
+			return false, err
+		}
+	}
+	if creates {
 		m, err := marker(l)
 		if err != nil {
 			return false, err
@@ -117,11 +130,23 @@ func (f Filter) Attach(dev string, prog *ebpf.Program) (createdClsact bool, err 
 		if err := journal.WriteFile(m, []byte(l.Attrs().Name), 0o644); err != nil {
 			return false, fmt.Errorf("record clsact on %s: %w", dev, err)
 		}
-		if err := netlink.QdiscAdd(clsact(l)); err != nil {
+		err = netlink.QdiscAdd(clsact(l))
+		switch {
+		case errors.Is(err, unix.EEXIST):
+			// Someone added one since the list: it is theirs. The
+			// journal is told again, so undo leaves it.
+			os.Remove(m)
+			if record != nil {
+				if err := record(false); err != nil {
+					return false, err
+				}
+			}
+		case err != nil:
 			os.Remove(m)
 			return false, fmt.Errorf("add clsact on %s: %w", dev, err)
+		default:
+			createdClsact = true
 		}
-		createdClsact = true
 	}
 	bf := &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
@@ -171,20 +196,6 @@ func (f Filter) Detach(dev string, createdClsact bool) error {
 		os.Remove(m)
 	}
 	return nil
-}
-
-// HasClsact says whether dev has a clsact qdisc (a caller journals
-// whether its Attach will create one before calling it).
-func HasClsact(dev string) (bool, error) {
-	l, err := netlink.LinkByName(dev)
-	if err != nil {
-		return false, fmt.Errorf("unknown device %q: %w", dev, err)
-	}
-	qs, err := netlink.QdiscList(l)
-	if err != nil {
-		return false, fmt.Errorf("list qdiscs on %s: %w", dev, err)
-	}
-	return slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }), nil
 }
 
 func clsact(l netlink.Link) *netlink.GenericQdisc {
