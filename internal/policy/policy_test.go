@@ -118,18 +118,21 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil || len(s.Rules) != 0 {
 		t.Fatalf("load missing: %v %v", s, err)
 	}
-	err = Update(p, func(s *Set) error {
-		_, err := s.Add(mustParse(t, Spec{Dst: "fd00::/64", Proto: "tcp", Port: "80-90", VNI: "42"}))
-		return err
-	})
-	if err != nil {
+	// add stores a rule as lanes.Store does: load, add, save.
+	add := func(sp Spec) error {
+		s, err := Load(p)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Add(mustParse(t, sp)); err != nil {
+			return err
+		}
+		return Save(p, s)
+	}
+	if err := add(Spec{Dst: "fd00::/64", Proto: "tcp", Port: "80-90", VNI: "42"}); err != nil {
 		t.Fatal(err)
 	}
-	err = Update(p, func(s *Set) error {
-		_, err := s.Add(mustParse(t, Spec{Dst: "fd00::1", Proto: "tcp", Port: "85"}))
-		return err
-	})
-	if err == nil {
+	if err := add(Spec{Dst: "fd00::1", Proto: "tcp", Port: "85"}); err == nil {
 		t.Fatal("overlapping rule saved")
 	}
 	got, err := Load(p)

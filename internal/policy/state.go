@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rxlane/rxlane/internal/journal"
 	"os"
-	"path/filepath"
 
-	"golang.org/x/sys/unix"
+	"github.com/rxlane/rxlane/internal/journal"
 )
 
 // StateVersion is the version of the state file format.
@@ -60,28 +58,4 @@ func Save(path string, s *Set) error {
 		return err
 	}
 	return nil
-}
-
-// Update loads the set under an exclusive lock, lets fn change it and saves
-// it when fn succeeds, so concurrent CLI calls do not lose rules.
-func Update(path string, fn func(*Set) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	lf, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return fmt.Errorf("lock rules: %w", err)
-	}
-	defer lf.Close()
-	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("lock rules: %w", err)
-	}
-	s, err := Load(path)
-	if err != nil {
-		return err
-	}
-	if err := fn(s); err != nil {
-		return err
-	}
-	return Save(path, s)
 }
