@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rxlane/rxlane/internal/bench"
+	"github.com/rxlane/rxlane/internal/experiments"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
@@ -104,14 +105,14 @@ Examples:
 }
 
 func newBenchCompareCmd() *cobra.Command {
-	co := bench.CompareOptions{Latency: defaultProbeOptions()}
+	co := experiments.CompareOptions{Latency: defaultProbeOptions()}
 	o := &co.Latency
 	var (
 		layout = string(o.Testbed.Layout)
 		pf     probeFlags
 		out    reportFlags
 		rates  = "150k,300k"
-		modes  = []string{bench.ModeVanilla, bench.ModeLanes, bench.ModeLanesQueue}
+		modes  = []string{experiments.ModeVanilla, experiments.ModeLanes, experiments.ModeLanesQueue}
 	)
 	o.Reps = 5
 	cmd := &cobra.Command{
@@ -168,14 +169,14 @@ Examples:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Testbed.Layout = testbed.Layout(layout)
 			var err error
-			if co.Modes, err = bench.ParseModes(modes); err != nil {
+			if co.Modes, err = experiments.ParseModes(modes); err != nil {
 				return usageError{err}
 			}
-			if co.Node, err = bench.ParseNode(co.Node); err != nil {
+			if co.Node, err = experiments.ParseNode(co.Node); err != nil {
 				return usageError{err}
 			}
 			if co.Node == string(nodes.Docker) && !cmd.Flags().Changed("modes") {
-				co.Modes = slices.DeleteFunc(co.Modes, func(m string) bool { return m == bench.ModeLanesQueue })
+				co.Modes = slices.DeleteFunc(co.Modes, func(m string) bool { return m == experiments.ModeLanesQueue })
 			}
 			if co.BgRates, err = parseRates(rates); err != nil {
 				return err
@@ -185,7 +186,7 @@ Examples:
 			if err := pf.ready(cmd, o, &out); err != nil {
 				return err
 			}
-			rep, err := bench.Compare(cmd.Context(), co)
+			rep, err := experiments.Compare(cmd.Context(), co)
 			if err != nil {
 				return fmt.Errorf("bench compare: %w", err)
 			}
@@ -197,7 +198,7 @@ Examples:
 	out.add(cmd, "write the CDF plot to this file (.svg, .png or .pdf; repeatable)")
 	f := cmd.Flags()
 	f.StringSliceVar(&modes, "modes", modes, "modes to compare: vanilla, lanes-sync (tc), lanes-queue (XDP)")
-	f.StringVar(&co.Node, "node", bench.NodeTestbed, "receiving node: "+strings.Join(bench.NodeKinds(), ", ")+" (not --layout, the receive-core layout)")
+	f.StringVar(&co.Node, "node", experiments.NodeTestbed, "receiving node: "+strings.Join(experiments.NodeKinds(), ", ")+" (not --layout, the receive-core layout)")
 	f.BoolVar(&co.Baseline, "baseline-arrangement", false, "also run vanilla with the application at normal priority (mode vanilla-normal) and show the lanes' cut against it")
 	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
 	return cmd

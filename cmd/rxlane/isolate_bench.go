@@ -4,24 +4,25 @@ import (
 	"fmt"
 
 	"github.com/rxlane/rxlane/internal/bench"
+	"github.com/rxlane/rxlane/internal/experiments"
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/spf13/cobra"
 )
 
 func newIsolateBenchCmd() *cobra.Command {
-	o := bench.ANPOptions{
+	o := experiments.ANPOptions{
 		Latency: bench.LatencyOptions{Testbed: testbed.Defaults(), Reps: 3, Proto: "udp", Prober: "rxlane", Rate: 2000, Size: 64,
 			BgRate: 150000, BgSize: 64, BgFlows: 1, BgProto: "udp", HoldQoS: true},
 		RedisRequests: 1_000_000, RedisClients: 50, RedisPipeline: 16, RedisValue: 1024, RedisKeys: 100_000,
 	}
 	o.Latency.Testbed.Prefix = "anp"
 	var (
-		dur, warm   = "5s", "1s"
-		experiments = "pingpong,redis"
-		modes       = "shared,isolated,isolated-server"
-		stack       string
-		out         reportFlags
+		dur, warm = "5s", "1s"
+		exps      = "pingpong,redis"
+		modes     = "shared,isolated,isolated-server"
+		stack     string
+		out       reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -69,7 +70,7 @@ Examples:
 			if o.Latency.Warmup, err = parseDuration("warmup", warm); err != nil {
 				return err
 			}
-			o.Experiments = splitList(experiments)
+			o.Experiments = splitList(exps)
 			o.Modes = splitList(modes)
 			o.StackCPUs = nil
 			if stack != "" {
@@ -90,7 +91,7 @@ Examples:
 				return err
 			}
 			o.Progress = cmd.ErrOrStderr()
-			rep, err := bench.ANP(cmd.Context(), o)
+			rep, err := experiments.ANP(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("isolate bench: %w", err)
 			}
@@ -99,7 +100,7 @@ Examples:
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Latency.Testbed.Prefix, "prefix", o.Latency.Testbed.Prefix, "testbed to use (must be layout shared); built and removed afterwards if it is not up")
-	f.StringVar(&experiments, "experiments", experiments, "experiments to run: pingpong, redis")
+	f.StringVar(&exps, "experiments", exps, "experiments to run: pingpong, redis")
 	f.StringVar(&modes, "modes", modes, "modes to compare: shared, isolated, isolated-server")
 	f.StringVar(&stack, "stack-cpus", "", "receive-stack CPUs when isolated (default: the highest-numbered online CPU)")
 	f.BoolVar(&o.ThreadedNAPI, "threaded-napi", false, "run the wires' NAPI (the testbed's NIC stage) in kthreads, in every mode, so isolate can pin them to the stack CPUs")

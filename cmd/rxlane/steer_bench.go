@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rxlane/rxlane/internal/bench"
+	"github.com/rxlane/rxlane/internal/experiments"
 	"github.com/rxlane/rxlane/internal/steer"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/spf13/cobra"
@@ -47,7 +48,7 @@ func runThroughputCompare(cmd *cobra.Command, o bench.ThroughputOptions, c compa
 			return err
 		}
 	}
-	co := bench.ThroughputCompareOptions{ThroughputOptions: o, FlowCounts: c.flows, ProbeRate: c.probeRate}
+	co := experiments.ThroughputCompareOptions{ThroughputOptions: o, FlowCounts: c.flows, ProbeRate: c.probeRate}
 	for _, name := range c.variants {
 		v, err := steerVariant(name, o.Testbed.RxCPU)
 		if err != nil {
@@ -58,7 +59,7 @@ func runThroughputCompare(cmd *cobra.Command, o bench.ThroughputOptions, c compa
 	if err := co.Validate(); err != nil {
 		return usageError{err}
 	}
-	rep, err := bench.ThroughputCompare(cmd.Context(), co)
+	rep, err := experiments.ThroughputCompare(cmd.Context(), co)
 	if err != nil {
 		return fmt.Errorf("bench throughput --compare: %w", err)
 	}
@@ -68,13 +69,13 @@ func runThroughputCompare(cmd *cobra.Command, o bench.ThroughputOptions, c compa
 // steerVariant returns a configuration of `bench throughput --compare`.
 // All steering variants use the CPU set {0, 1} (every CPU of the lab VM)
 // and issue 6's defaults (85% thresholds, 10 points of hysteresis).
-func steerVariant(name string, rxCPU int) (bench.SteerVariant, error) {
+func steerVariant(name string, rxCPU int) (experiments.SteerVariant, error) {
 	base := steer.Options{CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Hysteresis: 0.1}
 	switch name {
 	case "vanilla":
-		return bench.SteerVariant{Name: name, Detail: "no steering (the testbed's layout)"}, nil
+		return experiments.SteerVariant{Name: name, Detail: "no steering (the testbed's layout)"}, nil
 	case "norps":
-		return bench.SteerVariant{Name: name, Detail: "no RPS on hostB's wire: every stage on the polling (sender's) CPU, the kernel's default",
+		return experiments.SteerVariant{Name: name, Detail: "no RPS on hostB's wire: every stage on the polling (sender's) CPU, the kernel's default",
 			Enable: func(ctx context.Context, tb testbed.Config) (func() error, error) { return wireRPSOff(tb) }}, nil
 	case "static":
 		o := base
@@ -104,7 +105,7 @@ func steerVariant(name string, rxCPU int) (bench.SteerVariant, error) {
 		}
 		return v, nil
 	}
-	return bench.SteerVariant{}, fmt.Errorf("--variants: unknown %q (want vanilla, norps, static, dynamic, cpumap)", name)
+	return experiments.SteerVariant{}, fmt.Errorf("--variants: unknown %q (want vanilla, norps, static, dynamic, cpumap)", name)
 }
 
 // wireRPSOff clears the rps_cpus of hostB's wire and returns the function
@@ -125,8 +126,8 @@ func wireRPSOff(tb testbed.Config) (func() error, error) {
 	}, nil
 }
 
-func steerBenchVariant(name, detail string, o steer.Options, follow bool) bench.SteerVariant {
-	return bench.SteerVariant{Name: name, Detail: detail, Enable: func(ctx context.Context, tb testbed.Config) (func() error, error) {
+func steerBenchVariant(name, detail string, o steer.Options, follow bool) experiments.SteerVariant {
+	return experiments.SteerVariant{Name: name, Detail: detail, Enable: func(ctx context.Context, tb testbed.Config) (func() error, error) {
 		dir, err := os.MkdirTemp("", "rxlane-steer-bench")
 		if err != nil {
 			return nil, err

@@ -227,27 +227,27 @@ func BackgroundFrames(path string, vni, vxlanPort, dstPort, payload, flows int) 
 	return out
 }
 
-// agent is a running agent process, seen from the benchmark.
-type agent struct {
+// Agent is a running agent process, seen from the benchmark.
+type Agent struct {
 	role  string
 	cmd   *testbed.Command
 	lines *bufio.Scanner
 	errb  *strings.Builder
 }
 
-// startAgent starts an agent in node n pinned to cpus and waits until it is
+// StartAgent starts an agent in node n pinned to cpus and waits until it is
 // ready (bounded by a deadline, never by a sleep).
-func startAgent(c testbed.Config, n testbed.Node, cpus []int, a AgentArgs) (*agent, error) {
+func StartAgent(c testbed.Config, n testbed.Node, cpus []int, a AgentArgs) (*Agent, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
-	return startProcess(c, n, cpus, a.Role, a.Argv(self), func(l string) bool { return l == "ready" })
+	return StartProcess(c, n, cpus, a.Role, a.Argv(self), func(l string) bool { return l == "ready" })
 }
 
-// startAgentAt starts an agent in the namespace file nsPath (a node of
+// StartAgentAt starts an agent in the namespace file nsPath (a node of
 // package nodes) pinned to cpus and waits until it is ready.
-func startAgentAt(nsPath string, cpus []int, a AgentArgs) (*agent, error) {
+func StartAgentAt(nsPath string, cpus []int, a AgentArgs) (*Agent, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
@@ -255,16 +255,16 @@ func startAgentAt(nsPath string, cpus []int, a AgentArgs) (*agent, error) {
 	return startCommand(testbed.NewCommandAt(nsPath, cpus, a.Argv(self)...), filepath.Base(nsPath), a.Role, func(l string) bool { return l == "ready" })
 }
 
-// startProcess starts argv in node n pinned to cpus and waits, at most 10
+// StartProcess starts argv in node n pinned to cpus and waits, at most 10
 // s, for a line of its standard output for which ready returns true.
-func startProcess(c testbed.Config, n testbed.Node, cpus []int, role string, argv []string, ready func(string) bool) (*agent, error) {
+func StartProcess(c testbed.Config, n testbed.Node, cpus []int, role string, argv []string, ready func(string) bool) (*Agent, error) {
 	return startCommand(testbed.NewCommand(c, n, cpus, argv...), string(n), role, ready)
 }
 
 // startCommand starts cmd (in the namespace where names) and waits, at
 // most 10 s, for a line of its standard output for which ready returns
 // true.
-func startCommand(cmd *testbed.Command, where, role string, ready func(string) bool) (*agent, error) {
+func startCommand(cmd *testbed.Command, where, role string, ready func(string) bool) (*Agent, error) {
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -274,7 +274,7 @@ func startCommand(cmd *testbed.Command, where, role string, ready func(string) b
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", role, err)
 	}
-	ag := &agent{role: role, cmd: cmd, lines: bufio.NewScanner(stdout), errb: eb}
+	ag := &Agent{role: role, cmd: cmd, lines: bufio.NewScanner(stdout), errb: eb}
 	ag.lines.Buffer(make([]byte, 1<<20), 256<<20)
 	readyc := make(chan bool, 1)
 	go func() {
@@ -293,15 +293,15 @@ func startCommand(cmd *testbed.Command, where, role string, ready func(string) b
 			return nil, fmt.Errorf("%s in %s did not start: %v: %s", role, where, err, strings.TrimSpace(eb.String()))
 		}
 	case <-time.After(10 * time.Second):
-		ag.kill()
+		ag.Kill()
 		return nil, fmt.Errorf("%s in %s: not ready after 10s", role, where)
 	}
 	return ag, nil
 }
 
-// result waits for the agent's JSON result line (after stop, or at the end
+// Result waits for the agent's JSON result line (after stop, or at the end
 // of its own duration) and decodes it into v.
-func (ag *agent) result(v any) error {
+func (ag *Agent) Result(v any) error {
 	var line string
 	if ag.lines.Scan() {
 		line = ag.lines.Text()
@@ -316,15 +316,28 @@ func (ag *agent) result(v any) error {
 	return nil
 }
 
-// stop asks the agent to finish (SIGTERM to the PID we started) and reads
+// Stop asks the agent to finish (SIGTERM to the PID we started) and reads
 // its result.
-func (ag *agent) stop(v any) error {
+func (ag *Agent) Stop(v any) error {
 	ag.cmd.Process.Signal(syscall.SIGTERM)
-	return ag.result(v)
+	return ag.Result(v)
 }
 
-// kill ends the agent without waiting for a result.
-func (ag *agent) kill() {
+// Interrupt asks the agent to end early (SIGINT); its result still
+// follows.
+func (ag *Agent) Interrupt() {
+	ag.cmd.Process.Signal(os.Interrupt)
+}
+
+// DiscardOutput reads the process's output to its end, so that a process
+// that is not an agent never blocks on a full pipe.
+func (ag *Agent) DiscardOutput() {
+	for ag.lines.Scan() {
+	}
+}
+
+// Kill ends the agent without waiting for a result.
+func (ag *Agent) Kill() {
 	ag.cmd.Process.Kill()
 	ag.cmd.Wait()
 }

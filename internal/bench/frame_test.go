@@ -92,11 +92,11 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestSpread(t *testing.T) {
-	s := spreadOf([]float64{5, 1, 3})
+	s := SpreadOf([]float64{5, 1, 3})
 	if s.Median != 3 || s.Min != 1 || s.Max != 5 {
 		t.Errorf("spread %+v", s)
 	}
-	if s := spreadOf([]float64{1, 2, 3, 10}); s.Median != 2.5 {
+	if s := SpreadOf([]float64{1, 2, 3, 10}); s.Median != 2.5 {
 		t.Errorf("even median %g", s.Median)
 	}
 }
@@ -130,14 +130,14 @@ func TestValidateNamesTheFlag(t *testing.T) {
 }
 
 func TestEmptySpreadIsNullInJSON(t *testing.T) {
-	b, err := json.Marshal(struct{ S Spread }{spreadOf(nil)})
+	b, err := json.Marshal(struct{ S Spread }{SpreadOf(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(b) != `{"S":{"median":null,"min":null,"max":null}}` {
 		t.Errorf("empty spread marshals as %s", b)
 	}
-	b, _ = json.Marshal(spreadOf([]float64{2}))
+	b, _ = json.Marshal(SpreadOf([]float64{2}))
 	if string(b) != `{"median":2,"min":2,"max":2}` {
 		t.Errorf("spread marshals as %s", b)
 	}

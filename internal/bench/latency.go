@@ -23,8 +23,8 @@ const (
 
 // Ports used inside the testbed.
 const (
-	echoPort = 7000
-	sinkPort = 9000
+	EchoPort = 7000
+	SinkPort = 9000
 )
 
 // LatencyOptions configures `rxlane bench latency`.
@@ -151,7 +151,9 @@ type CaseResult struct {
 	RxCPUUsPerBgPkt Spread `json:"rx_cpu_us_per_bg_pkt"`
 	// All is the latency of every repetition merged (for the CDF plot).
 	All Summary `json:"all"`
-	rtt []int64
+	// RTT is every repetition's round-trip times merged and sorted, in
+	// ns (for the plots; not in the JSON report).
+	RTT []int64 `json:"-"`
 }
 
 // LatencyReport is the output of `rxlane bench latency`.
@@ -180,24 +182,21 @@ type OptionsJSON struct {
 	AppSched   string  `json:"app_sched"`
 }
 
-// RTTs returns the merged round-trip times of a case, in ns.
-func (c CaseResult) RTTs() []int64 { return c.rtt }
-
 // Latency runs every case Reps times (repetition-major, so the cases of one
 // repetition run within the same minute) on a testbed with the options'
 // prefix, building it first when it is not up and removing it afterwards
 // when it built it.
 func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err error) {
-	tb, cleanup, err := openTestbed(ctx, o, o.Testbed, o.Progress)
+	tb, cleanup, err := OpenTestbed(ctx, o, o.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
 
 	rep = &LatencyReport{Header: NewHeader(1, tb), Warnings: []string{},
-		Options: o.optionsJSON()}
+		Options: o.OptionsJSON()}
 	var release func()
-	rep.QoSHeld, release = holdQoS(o.HoldQoS, &rep.Warnings)
+	rep.QoSHeld, release = HoldQoS(o.HoldQoS, &rep.Warnings)
 	defer release()
 	if !tb.Layout.Pinned() {
 		rep.Warnings = append(rep.Warnings, "layout "+string(tb.Layout)+": the receiving host's stages share the sender's CPU")
@@ -213,23 +212,24 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 	for r := 0; r < o.Reps; r++ {
 		for _, c := range cases {
 			k++
-			progress(o.Progress, "[%d/%d] rep %d: %s %s (%s)", k, total, r+1, c.Path, c.Load, o.Duration)
-			res, err := runCase(ctx, tb, o, c.Path, c.Load)
+			Progressf(o.Progress, "[%d/%d] rep %d: %s %s (%s)", k, total, r+1, c.Path, c.Load, o.Duration)
+			res, err := RunCase(ctx, tb, o, c.Path, c.Load)
 			if err != nil {
 				return rep, fmt.Errorf("%s %s rep %d: %w", c.Path, c.Load, r+1, err)
 			}
 			c.Reps = append(c.Reps, res)
-			progress(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgDeliveredPPS/1e3)
+			Progressf(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgDeliveredPPS/1e3)
 		}
 	}
 	for _, c := range cases {
-		c.aggregate(tb)
+		c.Aggregate(tb)
 		rep.Cases = append(rep.Cases, *c)
 	}
 	return rep, nil
 }
 
-func (c *CaseResult) aggregate(tb testbed.Config) {
+// Aggregate fills a case's medians and ranges from its repetitions.
+func (c *CaseResult) Aggregate(tb testbed.Config) {
 	var avg, p50, p90, p99, p999, mx, loss, sent, bg, busy, perPkt []float64
 	for _, r := range c.Reps {
 		avg = append(avg, r.Latency.Avg)
@@ -249,48 +249,50 @@ func (c *CaseResult) aggregate(tb testbed.Config) {
 		if tb.RxCPU < len(r.CPUs) {
 			busy = append(busy, r.CPUs[tb.RxCPU].BusyPct)
 		}
-		c.rtt = append(c.rtt, r.rtt...)
+		c.RTT = append(c.RTT, r.rtt...)
 	}
-	c.Avg, c.P50, c.P90, c.P99, c.P999, c.Max = spreadOf(avg), spreadOf(p50), spreadOf(p90), spreadOf(p99), spreadOf(p999), spreadOf(mx)
-	c.LossPct, c.BgDeliveredPPS, c.RxCPUBusyPct = spreadOf(loss), spreadOf(bg), spreadOf(busy)
-	c.BgSentPPS, c.RxCPUUsPerBgPkt = spreadOf(sent), spreadOf(perPkt)
-	sort.Slice(c.rtt, func(i, j int) bool { return c.rtt[i] < c.rtt[j] })
-	c.All = Summarize(c.rtt)
+	c.Avg, c.P50, c.P90, c.P99, c.P999, c.Max = SpreadOf(avg), SpreadOf(p50), SpreadOf(p90), SpreadOf(p99), SpreadOf(p999), SpreadOf(mx)
+	c.LossPct, c.BgDeliveredPPS, c.RxCPUBusyPct = SpreadOf(loss), SpreadOf(bg), SpreadOf(busy)
+	c.BgSentPPS, c.RxCPUUsPerBgPkt = SpreadOf(sent), SpreadOf(perPkt)
+	sort.Slice(c.RTT, func(i, j int) bool { return c.RTT[i] < c.RTT[j] })
+	c.All = Summarize(c.RTT)
 }
 
-// pathNodes returns the client and server nodes of a path and the
+// PathNodes returns the client and server nodes of a path and the
 // server's address (the sink shares the server's node and address).
-func pathNodes(path string) (client, server testbed.Node, addr string) {
+func PathNodes(path string) (client, server testbed.Node, addr string) {
 	if path == PathHost {
 		return testbed.HostA, testbed.HostB, testbed.UnderlayB.String()
 	}
 	return testbed.CtrA, testbed.CtrB, testbed.OverlayB.String()
 }
 
-func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, load string) (RepResult, error) {
+// RunCase measures one repetition of one case (path, load) on the
+// testbed.
+func RunCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, load string) (RepResult, error) {
 	var res RepResult
-	client, server, addr := pathNodes(path)
+	client, server, addr := PathNodes(path)
 	apps := tb.AppCPUs()
-	var echo *agent
+	var echo *Agent
 	var err error
 	if o.Prober == "sockperf" {
-		echo, err = startSockperfServer(tb, server, apps, o.Proto, addr, echoPort)
+		echo, err = startSockperfServer(tb, server, apps, o.Proto, addr, EchoPort)
 	} else {
-		echo, err = startAgent(tb, server, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: o.Size, Sched: o.AppSched})
+		echo, err = StartAgent(tb, server, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: fmt.Sprintf("%s:%d", addr, EchoPort), Size: o.Size, Sched: o.AppSched})
 	}
 	if err != nil {
 		return res, err
 	}
-	defer echo.kill()
-	var sink, inj *agent
+	defer echo.Kill()
+	var sink, inj *Agent
 	if load == LoadBusy {
 		if sink, inj, err = startBackground(tb, o, path); err != nil {
 			return res, err
 		}
-		defer sink.kill()
-		defer inj.kill()
+		defer sink.Kill()
+		defer inj.Kill()
 	}
-	before, err := sampleAll(tb, server)
+	before, err := SampleAll(tb, server)
 	if err != nil {
 		return res, err
 	}
@@ -298,26 +300,26 @@ func runCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	if err != nil {
 		return res, err
 	}
-	after, err := sampleAll(tb, server)
+	after, err := SampleAll(tb, server)
 	if err != nil {
 		return res, err
 	}
-	return finishCase(pr, before, after, sink, inj, tb.RxCPU)
+	return FinishCase(pr, before, after, sink, inj, tb.RxCPU)
 }
 
-// finishCase stops a busy case's background agents (nil when idle) and
+// FinishCase stops a busy case's background agents (nil when idle) and
 // makes the repetition's result from the probe's and the samples taken
 // around it; rxCPU is the receive CPU, whose busy time per delivered
 // background packet is reported.
-func finishCase(pr ProbeResult, before, after sample, sink, inj *agent, rxCPU int) (RepResult, error) {
+func FinishCase(pr ProbeResult, before, after Sample, sink, inj *Agent, rxCPU int) (RepResult, error) {
 	var res RepResult
 	if inj != nil {
 		var ir InjectResult
-		if err := inj.stop(&ir); err != nil {
+		if err := inj.Stop(&ir); err != nil {
 			return res, err
 		}
 		var sr SinkResult
-		if err := sink.stop(&sr); err != nil {
+		if err := sink.Stop(&sr); err != nil {
 			return res, err
 		}
 		res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
@@ -325,7 +327,7 @@ func finishCase(pr ProbeResult, before, after sample, sink, inj *agent, rxCPU in
 	res.rtt = pr.RTTns
 	res.Latency = Summarize(pr.RTTns)
 	res.Sent, res.Lost = pr.Sent, pr.Lost
-	res.CPUs = Usage(before.host, after.host)
+	res.CPUs = Usage(before.Host, after.Host)
 	res.Drops = diffDrops(before, after, res.CPUs)
 	if res.BgDeliveredPPS > 0 && rxCPU < len(res.CPUs) {
 		res.RxCPUUsPerBgPkt = res.CPUs[rxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
@@ -336,31 +338,31 @@ func finishCase(pr ProbeResult, before, after sample, sink, inj *agent, rxCPU in
 // runProber runs the high-priority flow's client to completion.
 func runProber(ctx context.Context, tb testbed.Config, o LatencyOptions, client testbed.Node, addr string) (ProbeResult, error) {
 	if o.Prober == "sockperf" {
-		return runSockperfClient(tb, client, tb.SenderCPUs(), o, addr, echoPort)
+		return runSockperfClient(tb, client, tb.SenderCPUs(), o, addr, EchoPort)
 	}
-	probe, err := startAgent(tb, client, tb.SenderCPUs(), probeArgs(o, fmt.Sprintf("%s:%d", addr, echoPort)))
+	probe, err := StartAgent(tb, client, tb.SenderCPUs(), ProbeArgs(o, fmt.Sprintf("%s:%d", addr, EchoPort)))
 	if err != nil {
 		return ProbeResult{}, err
 	}
-	return waitProbe(ctx, probe)
+	return WaitProbe(ctx, probe)
 }
 
-// probeArgs are the prober's arguments for the high-priority flow to dst.
-func probeArgs(o LatencyOptions, dst string) AgentArgs {
+// ProbeArgs are the prober's arguments for the high-priority flow to dst.
+func ProbeArgs(o LatencyOptions, dst string) AgentArgs {
 	return AgentArgs{Role: "probe", Proto: o.Proto, Addr: dst, Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched}
 }
 
-// waitProbe waits for a started prober's result; when ctx ends first it
+// WaitProbe waits for a started prober's result; when ctx ends first it
 // interrupts the prober (the PID it started) and returns ctx's error.
-func waitProbe(ctx context.Context, probe *agent) (ProbeResult, error) {
+func WaitProbe(ctx context.Context, probe *Agent) (ProbeResult, error) {
 	var pr ProbeResult
 	perr := make(chan error, 1)
-	go func() { perr <- probe.result(&pr) }()
+	go func() { perr <- probe.Result(&pr) }()
 	select {
 	case err := <-perr:
 		return pr, err
 	case <-ctx.Done():
-		probe.cmd.Process.Signal(os.Interrupt)
+		probe.Interrupt()
 		<-perr
 		return pr, ctx.Err()
 	}
@@ -369,87 +371,91 @@ func waitProbe(ctx context.Context, probe *agent) (ProbeResult, error) {
 // startBackground starts the low-priority flow of a busy case: a sink in
 // the receiving node and a generator that runs a little longer than the
 // probe (so the probe never sees an idle tail; it is stopped right after).
-func startBackground(tb testbed.Config, o LatencyOptions, path string) (sink, gen *agent, err error) {
-	client, server, addr := pathNodes(path)
+func startBackground(tb testbed.Config, o LatencyOptions, path string) (sink, gen *Agent, err error) {
+	client, server, addr := PathNodes(path)
 	dur := o.Duration + 5*time.Second
 	if o.BgProto == "tcp" {
-		dst := fmt.Sprintf("%s:%d", addr, sinkPort+1)
-		if sink, err = startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "tcpsink", Addr: dst, Size: o.BgSize}); err != nil {
+		dst := fmt.Sprintf("%s:%d", addr, SinkPort+1)
+		if sink, err = StartAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "tcpsink", Addr: dst, Size: o.BgSize}); err != nil {
 			return nil, nil, err
 		}
-		gen, err = startAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "tcpflood", Addr: dst, Size: o.BgSize, Rate: o.BgRate, Duration: dur, Sched: o.BgSched})
+		gen, err = StartAgent(tb, client, tb.SenderCPUs(), AgentArgs{Role: "tcpflood", Addr: dst, Size: o.BgSize, Rate: o.BgRate, Duration: dur, Sched: o.BgSched})
 	} else {
-		if sink, err = startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)}); err != nil {
+		if sink, err = StartAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, SinkPort)}); err != nil {
 			return nil, nil, err
 		}
-		gen, err = startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout.ClassRings(), Dev: testbed.WireA, Path: path,
-			VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: dur, Sched: o.BgSched})
+		gen, err = StartAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout.ClassRings(), Dev: testbed.WireA, Path: path,
+			VNI: tb.VNI, Port: tb.Port, DstPort: SinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: dur, Sched: o.BgSched})
 	}
 	if err != nil {
-		sink.kill()
+		sink.Kill()
 		return nil, nil, err
 	}
 	return sink, gen, nil
 }
 
-type sample struct {
-	host  HostSample
-	udp   UDPStats
-	links map[string]testbed.DropCounters
+// Sample is the counters read around a case: CPUs, the server's UDP
+// statistics and every testbed device's drops.
+type Sample struct {
+	Host  HostSample
+	UDP   UDPStats
+	Links map[string]testbed.DropCounters
 }
 
-func sampleAll(tb testbed.Config, server testbed.Node) (sample, error) {
-	var s sample
+// SampleAll reads a Sample, the UDP statistics in server's namespace.
+func SampleAll(tb testbed.Config, server testbed.Node) (Sample, error) {
+	var s Sample
 	var err error
-	if s.links, err = testbed.LinkDrops(tb); err != nil {
+	if s.Links, err = testbed.LinkDrops(tb); err != nil {
 		return s, err
 	}
 	if err := testbed.Do(tb, server, func() error {
 		var err error
-		s.udp, err = ReadUDPStats()
+		s.UDP, err = ReadUDPStats()
 		return err
 	}); err != nil {
 		return s, err
 	}
-	s.host, err = SampleHost()
+	s.Host, err = SampleHost()
 	return s, err
 }
 
-// openTestbed checks a run's options, then ensures its testbed.
-func openTestbed(ctx context.Context, o interface{ Validate() error }, want testbed.Config, progressW io.Writer) (testbed.Config, func() error, error) {
+// OpenTestbed checks a run's options, then ensures its testbed.
+func OpenTestbed(ctx context.Context, o interface{ Validate() error }, want testbed.Config, progressW io.Writer) (testbed.Config, func() error, error) {
 	if err := o.Validate(); err != nil {
 		return want, nil, err
 	}
-	return ensureTestbed(ctx, want, progressW)
+	return EnsureTestbed(ctx, want, progressW)
 }
 
-// ensureTestbed uses the testbed with the configured prefix if it is up,
+// EnsureTestbed uses the testbed with the configured prefix if it is up,
 // and builds it otherwise; cleanup removes it only if it was built here.
-func ensureTestbed(ctx context.Context, want testbed.Config, progressW io.Writer) (testbed.Config, func() error, error) {
+func EnsureTestbed(ctx context.Context, want testbed.Config, progressW io.Writer) (testbed.Config, func() error, error) {
 	if c, err := testbed.Load(want.Prefix); err == nil {
 		if st, err := testbed.GetStatus(c); err == nil && st.Healthy() {
-			progress(progressW, "using testbed %s (layout %s)", c.Prefix, c.Layout)
+			Progressf(progressW, "using testbed %s (layout %s)", c.Prefix, c.Layout)
 			return c, func() error { return nil }, nil
 		}
 	}
-	progress(progressW, "building testbed %s (layout %s)", want.Prefix, want.Layout)
+	Progressf(progressW, "building testbed %s (layout %s)", want.Prefix, want.Layout)
 	if err := testbed.Up(ctx, want); err != nil {
 		return want, nil, err
 	}
 	return want, func() error {
-		progress(progressW, "removing testbed %s", want.Prefix)
+		Progressf(progressW, "removing testbed %s", want.Prefix)
 		return testbed.Down(want.Prefix)
 	}, nil
 }
 
-func progress(w io.Writer, format string, args ...any) {
+// Progressf writes a line of progress to w, if any.
+func Progressf(w io.Writer, format string, args ...any) {
 	if w != nil {
 		fmt.Fprintf(w, format+"\n", args...)
 	}
 }
 
-// optionsJSON is the stable JSON form of the options.
-func (o LatencyOptions) optionsJSON() OptionsJSON {
+// OptionsJSON is the stable JSON form of the options.
+func (o LatencyOptions) OptionsJSON() OptionsJSON {
 	if o.BgSched == "" {
 		o.BgSched = BgSchedNormal
 	}
@@ -460,10 +466,10 @@ func (o LatencyOptions) optionsJSON() OptionsJSON {
 		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto, BgSched: o.BgSched, AppSched: o.AppSched}
 }
 
-// holdQoS holds /dev/cpu_dma_latency at 0 when want is set, and reports
+// HoldQoS holds /dev/cpu_dma_latency at 0 when want is set, and reports
 // whether it is held; a failure to hold it becomes a warning. release is
 // never nil.
-func holdQoS(want bool, warnings *[]string) (held bool, release func()) {
+func HoldQoS(want bool, warnings *[]string) (held bool, release func()) {
 	if !want {
 		return false, func() {}
 	}

@@ -17,10 +17,10 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// ccdfPanel is one load's panel: a curve per mode.
-type ccdfPanel struct {
-	title  string
-	series []cdfSeries
+// CCDFPanel is one load's panel: a curve per mode.
+type CCDFPanel struct {
+	Title  string
+	Series []CDFSeries
 }
 
 // ccdfFloor is the lowest probability shown: below it a curve rests on
@@ -52,10 +52,10 @@ func ccdfPoints(rtt []int64) plotter.XYs {
 	return pts
 }
 
-// plotCCDFPanels draws one log-log CCDF panel per load, side by side with
+// PlotCCDFPanels draws one log-log CCDF panel per load, side by side with
 // shared axes, and the legend in its own tile to the right so that it
 // covers no data. Every mode keeps its colour and dash in every panel.
-func plotCCDFPanels(file, title string, modes []string, panels []ccdfPanel) error {
+func PlotCCDFPanels(file, title string, modes []string, panels []CCDFPanel) error {
 	ext := strings.TrimPrefix(filepath.Ext(file), ".")
 	switch ext {
 	case "svg", "png", "pdf":
@@ -67,10 +67,10 @@ func plotCCDFPanels(file, title string, modes []string, panels []ccdfPanel) erro
 	}
 	xmin, xmax := math.Inf(1), 0.0
 	for _, p := range panels {
-		for _, s := range p.series {
-			if len(s.rtt) > 0 {
-				xmin = math.Min(xmin, float64(s.rtt[0])/1e3)
-				xmax = math.Max(xmax, float64(s.rtt[len(s.rtt)-1])/1e3)
+		for _, s := range p.Series {
+			if len(s.RTT) > 0 {
+				xmin = math.Min(xmin, float64(s.RTT[0])/1e3)
+				xmax = math.Max(xmax, float64(s.RTT[len(s.RTT)-1])/1e3)
 			}
 		}
 	}
@@ -95,7 +95,7 @@ func plotCCDFPanels(file, title string, modes []string, panels []ccdfPanel) erro
 	seen := map[string]bool{}
 	for _, pn := range panels {
 		p := plot.New()
-		p.Title.Text = pn.title
+		p.Title.Text = pn.Title
 		p.X.Label.Text = "round trip (us)"
 		p.Y.Label.Text = "P[round trip > x]"
 		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
@@ -103,22 +103,22 @@ func plotCCDFPanels(file, title string, modes []string, panels []ccdfPanel) erro
 		p.X.Min, p.X.Max = xmin, xmax
 		p.Y.Min, p.Y.Max = ccdfFloor, 1
 		p.Add(plotter.NewGrid())
-		for _, s := range pn.series {
-			if len(s.rtt) == 0 {
+		for _, s := range pn.Series {
+			if len(s.RTT) == 0 {
 				continue
 			}
-			l, err := plotter.NewLine(ccdfPoints(s.rtt))
+			l, err := plotter.NewLine(ccdfPoints(s.RTT))
 			if err != nil {
 				return fmt.Errorf("plot %s: %w", file, err)
 			}
-			i, _ := style(s.name)
+			i, _ := style(s.Name)
 			l.Color = plotutil.Color(i)
 			l.Dashes = plotutil.Dashes(i)
 			l.Width = vg.Points(1.6)
 			p.Add(l)
-			if !seen[s.name] {
-				seen[s.name] = true
-				legend.Legend.Add(s.name, l)
+			if !seen[s.Name] {
+				seen[s.Name] = true
+				legend.Legend.Add(s.Name, l)
 			}
 		}
 		row = append(row, p)

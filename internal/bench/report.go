@@ -39,13 +39,13 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "high-priority flow: %s request/response, %d B, %.0f req/s, %.0fs x %d reps; background: %.0f kpps of %d B UDP (%d flows)\n",
 		o.Proto, o.Size, o.RatePerSec, o.DurationS, o.Reps, o.BgRatePPS/1e3, o.BgSize, o.BgFlows)
-	fmt.Fprintf(w, "%s; %s; cpu_dma_latency held at 0: %v\n\n", layoutLine(r.Testbed), appSchedLine(o.AppSched), r.QoSHeld)
+	fmt.Fprintf(w, "%s; %s; cpu_dma_latency held at 0: %v\n\n", LayoutLine(r.Testbed), AppSchedLine(o.AppSched), r.QoSHeld)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tload\tavg\tp50\tp90\tp99\tp99.9\tmax\tp50 range\tp99 range\tloss %\t")
 	for _, c := range r.Cases {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Path, c.Load,
-			us(c.Avg.Median), us(c.P50.Median), us(c.P90.Median), us(c.P99.Median), us(c.P999.Median), us(c.Max.Median),
-			rng(c.P50), rng(c.P99), fmt.Sprintf("%.2f", c.LossPct.Median))
+			FmtUs(c.Avg.Median), FmtUs(c.P50.Median), FmtUs(c.P90.Median), FmtUs(c.P99.Median), FmtUs(c.P999.Median), FmtUs(c.Max.Median),
+			FmtRange(c.P50), FmtRange(c.P99), fmt.Sprintf("%.2f", c.LossPct.Median))
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(round-trip times in microseconds; each value is the median over repetitions)")
@@ -70,7 +70,7 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 				devs[d] += v
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t\n", c.Path, c.Load, c.BgSentPPS.Median/1e3, c.BgDeliveredPPS.Median/1e3, c.RxCPUBusyPct.Median, usPkt(c.RxCPUUsPerBgPkt.Median),
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t\n", c.Path, c.Load, c.BgSentPPS.Median/1e3, c.BgDeliveredPPS.Median/1e3, c.RxCPUBusyPct.Median, FmtUsPkt(c.RxCPUUsPerBgPkt.Median),
 			strings.Join(busy, "/"), strings.Join(netrx, "/"), sock, backlog, fmtDevs(devs))
 	}
 	tw.Flush()
@@ -80,8 +80,8 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 	}
 }
 
-// layoutLine says where the receive stages and the processes run.
-func layoutLine(c testbed.Config) string {
+// LayoutLine says where the receive stages and the processes run.
+func LayoutLine(c testbed.Config) string {
 	s := fmt.Sprintf("testbed %s, layout %s", c.Prefix, c.Layout)
 	switch c.Layout {
 	case testbed.LayoutNIC:
@@ -96,29 +96,32 @@ func layoutLine(c testbed.Config) string {
 	return s
 }
 
-// appSchedLine says how the measured application is scheduled.
-func appSchedLine(s string) string {
+// AppSchedLine says how the measured application is scheduled.
+func AppSchedLine(s string) string {
 	if s == AppSchedNice {
 		return "application (echo server, prober): nice -20 (--app-sched nice)"
 	}
 	return "application (echo server, prober): normal priority (--app-sched normal)"
 }
 
-func usPkt(v float64) string {
+// FmtUsPkt formats microseconds per packet, "-" for none.
+func FmtUsPkt(v float64) string {
 	if math.IsNaN(v) || v == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", v)
 }
 
-func us(v float64) string {
+// FmtUs formats microseconds, "-" for none.
+func FmtUs(v float64) string {
 	if math.IsNaN(v) {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f", v)
 }
 
-func rng(s Spread) string {
+// FmtRange formats a spread's range (min-max), "-" for none.
+func FmtRange(s Spread) string {
 	if math.IsNaN(s.Min) {
 		return "-"
 	}
@@ -144,20 +147,21 @@ func fmtDevs(m map[string]uint64) string {
 // WritePlot draws the latency CDF of every case, like PRISM's Fig. 3, to
 // file (SVG, PNG or PDF by extension).
 func (r *LatencyReport) WritePlot(file string) error {
-	var ss []cdfSeries
+	var ss []CDFSeries
 	for _, c := range r.Cases {
-		ss = append(ss, cdfSeries{c.Path + " " + c.Load, c.RTTs()})
+		ss = append(ss, CDFSeries{Name: c.Path + " " + c.Load, RTT: c.RTT})
 	}
-	return plotCDF(file, "Round-trip latency of the high-priority flow", ss)
+	return PlotCDF(file, "Round-trip latency of the high-priority flow", ss)
 }
 
-type cdfSeries struct {
-	name string
-	rtt  []int64 // sorted, ns
+// CDFSeries is one curve of a latency plot.
+type CDFSeries struct {
+	Name string
+	RTT  []int64 // sorted, ns
 }
 
-// plotCDF draws latency CDFs on a log time axis.
-func plotCDF(file, title string, series []cdfSeries) error {
+// PlotCDF draws latency CDFs on a log time axis.
+func PlotCDF(file, title string, series []CDFSeries) error {
 	ext := strings.TrimPrefix(filepath.Ext(file), ".")
 	switch ext {
 	case "svg", "png", "pdf":
@@ -175,7 +179,7 @@ func plotCDF(file, title string, series []cdfSeries) error {
 	p.Legend.Left = false
 	var args []any
 	for _, s := range series {
-		rtt := s.rtt
+		rtt := s.RTT
 		if len(rtt) == 0 {
 			continue
 		}
@@ -186,7 +190,7 @@ func plotCDF(file, title string, series []cdfSeries) error {
 			pts = append(pts, plotter.XY{X: math.Max(float64(rtt[i])/1e3, 1), Y: float64(i+1) / float64(len(rtt))})
 		}
 		pts = append(pts, plotter.XY{X: math.Max(float64(rtt[len(rtt)-1])/1e3, 1), Y: 1})
-		args = append(args, s.name, pts)
+		args = append(args, s.Name, pts)
 	}
 	if len(args) == 0 {
 		return fmt.Errorf("plot %s: no samples", file)

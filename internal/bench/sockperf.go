@@ -24,7 +24,7 @@ import (
 // drops its first 400 ms as warm-up.
 
 // startSockperfServer starts `sockperf server` (UDP or TCP) on addr:port.
-func startSockperfServer(tb testbed.Config, n testbed.Node, cpus []int, proto, addr string, port int) (*agent, error) {
+func startSockperfServer(tb testbed.Config, n testbed.Node, cpus []int, proto, addr string, port int) (*Agent, error) {
 	bin, err := exec.LookPath("sockperf")
 	if err != nil {
 		return nil, fmt.Errorf("sockperf not found (install it with scripts/setup): %w", err)
@@ -34,7 +34,7 @@ func startSockperfServer(tb testbed.Config, n testbed.Node, cpus []int, proto, a
 		argv = append(argv, "--tcp")
 	}
 	// sockperf writes its banner to stdout; it blocks on its socket last.
-	return startProcess(tb, n, cpus, "sockperf server", argv, func(l string) bool {
+	return StartProcess(tb, n, cpus, "sockperf server", argv, func(l string) bool {
 		return strings.Contains(l, "to block on socket")
 	})
 }

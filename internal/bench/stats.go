@@ -61,7 +61,8 @@ func (s Spread) MarshalJSON() ([]byte, error) {
 	}{f(s.Median), f(s.Min), f(s.Max)})
 }
 
-func spreadOf(vs []float64) Spread {
+// SpreadOf is the median and range of vs (NaNs when empty).
+func SpreadOf(vs []float64) Spread {
 	if len(vs) == 0 {
 		return Spread{Median: math.NaN(), Min: math.NaN(), Max: math.NaN()}
 	}

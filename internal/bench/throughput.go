@@ -97,7 +97,7 @@ type ThroughputReport struct {
 
 // Throughput runs the sweep.
 func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport, err error) {
-	tb, cleanup, err := openTestbed(ctx, o, o.Testbed, o.Progress)
+	tb, cleanup, err := OpenTestbed(ctx, o, o.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport
 		var sent, got, loss, sirq []float64
 		var cpus [][]CPUUsage
 		for r := 0; r < o.Reps; r++ {
-			progress(o.Progress, "[%d/%d] offered %.0f kpps, rep %d/%d (%s)", i+1, len(o.Rates), rate/1e3, r+1, o.Reps, o.Duration)
+			Progressf(o.Progress, "[%d/%d] offered %.0f kpps, rep %d/%d (%s)", i+1, len(o.Rates), rate/1e3, r+1, o.Reps, o.Duration)
 			probe := o.StageProbe
 			if r != o.Reps/2 {
 				probe = nil // trace one repetition: tracing costs CPU
@@ -141,9 +141,9 @@ func Throughput(ctx context.Context, o ThroughputOptions) (rep *ThroughputReport
 			for d, v := range res.drops.Devices {
 				pt.Drops.Devices[d] += v
 			}
-			progress(o.Progress, "        sent %.0f kpps, delivered %.0f kpps", res.sent/1e3, res.delivered/1e3)
+			Progressf(o.Progress, "        sent %.0f kpps, delivered %.0f kpps", res.sent/1e3, res.delivered/1e3)
 		}
-		pt.SentPPS, pt.DeliveredPPS, pt.LossPct, pt.NetRXPerPacket = spreadOf(sent), spreadOf(got), spreadOf(loss), spreadOf(sirq)
+		pt.SentPPS, pt.DeliveredPPS, pt.LossPct, pt.NetRXPerPacket = SpreadOf(sent), SpreadOf(got), SpreadOf(loss), SpreadOf(sirq)
 		pt.CPUs = cpus[len(cpus)/2]
 		rep.Points = append(rep.Points, pt)
 		rep.MaxDeliveredPPS = math.Max(rep.MaxDeliveredPPS, pt.DeliveredPPS.Median)
@@ -159,40 +159,40 @@ type tputResult struct {
 
 func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, rate float64, probe StageProbe) (tputResult, *StageReport, error) {
 	var res tputResult
-	_, server, addr := pathNodes(o.Path)
-	sink, err := startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)})
+	_, server, addr := PathNodes(o.Path)
+	sink, err := StartAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, SinkPort)})
 	if err != nil {
 		return res, nil, err
 	}
-	defer sink.kill()
+	defer sink.Kill()
 	if probe != nil {
 		if err := probe.Start(ctx, tb); err != nil {
 			return res, nil, fmt.Errorf("start stage probe: %w", err)
 		}
 	}
-	before, err := sampleAll(tb, server)
+	before, err := SampleAll(tb, server)
 	if err != nil {
 		return res, nil, err
 	}
-	inj, err := startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout.ClassRings(), Dev: testbed.WireA, Path: o.Path,
-		VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.Size, Rate: rate, Flows: 1, Duration: o.Duration})
+	inj, err := StartAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", ViaQdisc: tb.Layout.ClassRings(), Dev: testbed.WireA, Path: o.Path,
+		VNI: tb.VNI, Port: tb.Port, DstPort: SinkPort, Size: o.Size, Rate: rate, Flows: 1, Duration: o.Duration})
 	if err != nil {
 		return res, nil, err
 	}
-	defer inj.kill()
+	defer inj.Kill()
 	var ir InjectResult
 	ierr := make(chan error, 1)
-	go func() { ierr <- inj.result(&ir) }()
+	go func() { ierr <- inj.Result(&ir) }()
 	select {
 	case err = <-ierr:
 	case <-ctx.Done():
-		inj.kill()
+		inj.Kill()
 		return res, nil, ctx.Err()
 	}
 	if err != nil {
 		return res, nil, err
 	}
-	after, err := sampleAll(tb, server)
+	after, err := SampleAll(tb, server)
 	if err != nil {
 		return res, nil, err
 	}
@@ -205,7 +205,7 @@ func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, 
 		stages = &sr
 	}
 	var sr SinkResult
-	if err := sink.stop(&sr); err != nil {
+	if err := sink.Stop(&sr); err != nil {
 		return res, nil, err
 	}
 	// Delivered: what the sink got over the injector's sending time; the
@@ -214,20 +214,20 @@ func runThroughput(ctx context.Context, tb testbed.Config, o ThroughputOptions, 
 	if ir.Seconds > 0 {
 		res.delivered = float64(sr.Packets) / ir.Seconds
 	}
-	res.cpus = Usage(before.host, after.host)
+	res.cpus = Usage(before.Host, after.Host)
 	res.drops = diffDrops(before, after, res.cpus)
 	return res, stages, nil
 }
 
 // diffDrops computes the drop counters between two samples.
-func diffDrops(before, after sample, cpus []CPUUsage) Drops {
+func diffDrops(before, after Sample, cpus []CPUUsage) Drops {
 	d := Drops{Devices: map[string]uint64{}}
 	for _, u := range cpus {
 		d.Backlog += u.BacklogDrops
 	}
-	d.Socket = (after.udp.RcvbufErrors + after.udp.InErrors) - (before.udp.RcvbufErrors + before.udp.InErrors)
-	for dev, a := range after.links {
-		b := before.links[dev]
+	d.Socket = (after.UDP.RcvbufErrors + after.UDP.InErrors) - (before.UDP.RcvbufErrors + before.UDP.InErrors)
+	for dev, a := range after.Links {
+		b := before.Links[dev]
 		if x := (a.RxDropped + a.TxDropped) - (b.RxDropped + b.TxDropped); x > 0 {
 			d.Devices[dev] = x
 		}

@@ -1,8 +1,10 @@
-package bench
+package experiments
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/rxlane/rxlane/internal/bench"
 )
 
 func TestParseRedisCSV(t *testing.T) {
@@ -35,7 +37,7 @@ func TestSnmpField(t *testing.T) {
 
 func TestANPOptionsValidate(t *testing.T) {
 	good := ANPOptions{
-		Latency: LatencyOptions{Reps: 1, Duration: 1e9, Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64,
+		Latency: bench.LatencyOptions{Reps: 1, Duration: 1e9, Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64,
 			BgRate: 1000, BgSize: 64, BgFlows: 1, BgProto: "udp"},
 		Experiments: []string{ANPPingPong, ANPRedis}, Modes: []string{ANPShared, ANPIsolated},
 		RedisRequests: 1000, RedisClients: 1, RedisPipeline: 1, RedisValue: 1, RedisKeys: 1,

@@ -1,4 +1,4 @@
-package bench
+package experiments
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
@@ -46,7 +47,7 @@ type ANPOptions struct {
 	// Latency holds the testbed and the ping-pong's prober and background
 	// flood settings (Reps, Duration, Warmup, Rate, Size, BgRate, BgSize,
 	// BgFlows, HoldQoS; Proto udp, Prober rxlane).
-	Latency     LatencyOptions
+	Latency     bench.LatencyOptions
 	Experiments []string
 	// Modes to run (default: shared, isolated, isolated-server).
 	Modes []string
@@ -70,7 +71,7 @@ type ANPOptions struct {
 // Validate checks the options; errors name the flag.
 func (o ANPOptions) Validate() error {
 	lo := o.Latency
-	lo.Paths, lo.Loads = []string{PathOverlay}, []string{LoadBusy}
+	lo.Paths, lo.Loads = []string{bench.PathOverlay}, []string{bench.LoadBusy}
 	if err := lo.Validate(); err != nil {
 		return err
 	}
@@ -109,12 +110,12 @@ func (o ANPOptions) Validate() error {
 
 // ANPPingRep is one repetition of the ping-pong in one mode.
 type ANPPingRep struct {
-	Latency        Summary    `json:"latency"`
-	Sent           int64      `json:"sent"`
-	Lost           int64      `json:"lost"`
-	BgSentPPS      float64    `json:"bg_sent_pps"`
-	BgDeliveredPPS float64    `json:"bg_delivered_pps"`
-	CPUs           []CPUUsage `json:"cpus"`
+	Latency        bench.Summary    `json:"latency"`
+	Sent           int64            `json:"sent"`
+	Lost           int64            `json:"lost"`
+	BgSentPPS      float64          `json:"bg_sent_pps"`
+	BgDeliveredPPS float64          `json:"bg_delivered_pps"`
+	CPUs           []bench.CPUUsage `json:"cpus"`
 	// DevDrops is rx+tx dropped over every testbed device (a veth counts
 	// its peer's full backlog as a tx drop).
 	DevDrops uint64 `json:"dev_drops"`
@@ -125,14 +126,14 @@ type ANPPingRep struct {
 type ANPPingCase struct {
 	Mode           string       `json:"mode"`
 	Reps           []ANPPingRep `json:"reps"`
-	P50            Spread       `json:"p50_us"`
-	P99            Spread       `json:"p99_us"`
-	P999           Spread       `json:"p99_9_us"`
-	LossPct        Spread       `json:"loss_pct"`
-	BgDeliveredPPS Spread       `json:"bg_delivered_pps"`
+	P50            bench.Spread `json:"p50_us"`
+	P99            bench.Spread `json:"p99_us"`
+	P999           bench.Spread `json:"p99_9_us"`
+	LossPct        bench.Spread `json:"loss_pct"`
+	BgDeliveredPPS bench.Spread `json:"bg_delivered_pps"`
 	// BusyPct[i] is CPU i's busy % (median and range over repetitions).
-	BusyPct  []Spread `json:"busy_pct"`
-	DevDrops Spread   `json:"dev_drops"`
+	BusyPct  []bench.Spread `json:"busy_pct"`
+	DevDrops bench.Spread   `json:"dev_drops"`
 	rtt      []int64
 }
 
@@ -150,8 +151,8 @@ type RedisResult struct {
 
 // ANPRedisRep is one repetition of redis-benchmark in one mode.
 type ANPRedisRep struct {
-	Tests []RedisResult `json:"tests"`
-	CPUs  []CPUUsage    `json:"cpus"`
+	Tests []RedisResult    `json:"tests"`
+	CPUs  []bench.CPUUsage `json:"cpus"`
 	// RetransSegs is TCP segments retransmitted in ctrA and ctrB (each
 	// retransmission timeout adds >= 200 ms to a request's latency).
 	RetransSegs uint64 `json:"retrans_segs"`
@@ -160,12 +161,12 @@ type ANPRedisRep struct {
 
 // ANPRedisStat is the spread of one test's statistics over repetitions.
 type ANPRedisStat struct {
-	Test string `json:"test"`
-	RPS  Spread `json:"rps"`
-	Avg  Spread `json:"avg_ms"`
-	P50  Spread `json:"p50_ms"`
-	P99  Spread `json:"p99_ms"`
-	Max  Spread `json:"max_ms"`
+	Test string       `json:"test"`
+	RPS  bench.Spread `json:"rps"`
+	Avg  bench.Spread `json:"avg_ms"`
+	P50  bench.Spread `json:"p50_ms"`
+	P99  bench.Spread `json:"p99_ms"`
+	Max  bench.Spread `json:"max_ms"`
 }
 
 // ANPRedisCase aggregates one mode.
@@ -173,14 +174,14 @@ type ANPRedisCase struct {
 	Mode        string         `json:"mode"`
 	Reps        []ANPRedisRep  `json:"reps"`
 	Stats       []ANPRedisStat `json:"stats"`
-	BusyPct     []Spread       `json:"busy_pct"`
-	RetransSegs Spread         `json:"retrans_segs"`
-	DevDrops    Spread         `json:"dev_drops"`
+	BusyPct     []bench.Spread `json:"busy_pct"`
+	RetransSegs bench.Spread   `json:"retrans_segs"`
+	DevDrops    bench.Spread   `json:"dev_drops"`
 }
 
 // ANPReport is the output of `rxlane isolate bench`.
 type ANPReport struct {
-	Header
+	bench.Header
 	QoSHeld   bool     `json:"qos_held"`
 	StackCPUs []int    `json:"stack_cpus"`
 	AppCPUs   []int    `json:"app_cpus"`
@@ -188,8 +189,8 @@ type ANPReport struct {
 	Threaded  bool     `json:"threaded_napi"`
 	Cgroups   []string `json:"cgroups"` // servers', clients'
 	Options   struct {
-		Ping  OptionsJSON      `json:"pingpong"`
-		Redis RedisOptionsJSON `json:"redis"`
+		Ping  bench.OptionsJSON `json:"pingpong"`
+		Redis RedisOptionsJSON  `json:"redis"`
 	} `json:"options"`
 	PingPong []ANPPingCase  `json:"pingpong"`
 	Redis    []ANPRedisCase `json:"redis"`
@@ -245,7 +246,7 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 		return nil, fmt.Errorf("the ANP benchmark moves its processes with a cgroup v1 cpuset under %s: %w", cpusetRoot, err)
 	}
 	o.Latency.Testbed.Layout = testbed.LayoutShared
-	tb, cleanup, err := ensureTestbed(ctx, o.Latency.Testbed, o.Progress)
+	tb, cleanup, err := bench.EnsureTestbed(ctx, o.Latency.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -302,13 +303,13 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 		}
 	}
 
-	rep = &ANPReport{Header: NewHeader(1, tb), Warnings: []string{},
+	rep = &ANPReport{Header: bench.NewHeader(1, tb), Warnings: []string{},
 		StackCPUs: stack, AppCPUs: online.Minus(stack), Cgroups: r.cgroups[:], Backlog: o.Backlog, Threaded: o.ThreadedNAPI}
-	rep.Options.Ping = o.Latency.optionsJSON()
+	rep.Options.Ping = o.Latency.OptionsJSON()
 	rep.Options.Redis.Requests, rep.Options.Redis.Clients, rep.Options.Redis.Pipeline = o.RedisRequests, o.RedisClients, o.RedisPipeline
 	rep.Options.Redis.Value, rep.Options.Redis.Keys = o.RedisValue, o.RedisKeys
 	var release func()
-	rep.QoSHeld, release = holdQoS(o.Latency.HoldQoS, &rep.Warnings)
+	rep.QoSHeld, release = bench.HoldQoS(o.Latency.HoldQoS, &rep.Warnings)
 	defer release()
 
 	modes := o.Modes
@@ -323,7 +324,7 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 		order := append(append([]string(nil), modes[rp%len(modes):]...), modes[:rp%len(modes)]...)
 		for _, e := range o.Experiments {
 			for _, m := range order {
-				progress(o.Progress, "rep %d/%d: %s %s", rp+1, o.Latency.Reps, e, m)
+				bench.Progressf(o.Progress, "rep %d/%d: %s %s", rp+1, o.Latency.Reps, e, m)
 				switch e {
 				case ANPPingPong:
 					res, err := r.pingPong(ctx, m)
@@ -331,7 +332,7 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 						return rep, fmt.Errorf("pingpong %s rep %d: %w", m, rp+1, err)
 					}
 					ping[m].Reps = append(ping[m].Reps, res)
-					progress(o.Progress, "        p50 %.0f us, p99 %.0f us, p99.9 %.0f us, lost %d/%d, bg %.0f kpps delivered",
+					bench.Progressf(o.Progress, "        p50 %.0f us, p99 %.0f us, p99.9 %.0f us, lost %d/%d, bg %.0f kpps delivered",
 						res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Lost, res.Sent, res.BgDeliveredPPS/1e3)
 				case ANPRedis:
 					res, err := r.redis(ctx, m)
@@ -340,7 +341,7 @@ func ANP(ctx context.Context, o ANPOptions) (rep *ANPReport, err error) {
 					}
 					redis[m].Reps = append(redis[m].Reps, res)
 					for _, t := range res.Tests {
-						progress(o.Progress, "        %s %.0f req/s, p50 %.3f ms, p99 %.3f ms", t.Test, t.RPS, t.P50Ms, t.P99Ms)
+						bench.Progressf(o.Progress, "        %s %.0f req/s, p50 %.3f ms, p99 %.3f ms", t.Test, t.RPS, t.P50Ms, t.P99Ms)
 					}
 				}
 			}
@@ -436,12 +437,12 @@ func (r *anpRun) inCgroup(side int, argv ...string) []string {
 	return append([]string{"/bin/sh", "-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", procs}, argv...)
 }
 
-func (r *anpRun) startAgent(side int, n testbed.Node, a AgentArgs) (*agent, error) {
+func (r *anpRun) startAgent(side int, n testbed.Node, a bench.AgentArgs) (*bench.Agent, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
-	return startProcess(r.tb, n, nil, a.Role, r.inCgroup(side, a.Argv(self)...), func(l string) bool { return l == "ready" })
+	return bench.StartProcess(r.tb, n, nil, a.Role, r.inCgroup(side, a.Argv(self)...), func(l string) bool { return l == "ready" })
 }
 
 // isolate applies the isolation of a mode (every overlay device's receive
@@ -472,22 +473,22 @@ func (r *anpRun) isolate(mode string) (func() error, error) {
 func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err error) {
 	o := r.o.Latency
 	addr := testbed.OverlayB.String()
-	echo, err := r.startAgent(server, testbed.CtrB, AgentArgs{Role: "echo", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: o.Size})
+	echo, err := r.startAgent(server, testbed.CtrB, bench.AgentArgs{Role: "echo", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, bench.EchoPort), Size: o.Size})
 	if err != nil {
 		return res, err
 	}
-	defer echo.kill()
-	sink, err := r.startAgent(server, testbed.CtrB, AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)})
+	defer echo.Kill()
+	sink, err := r.startAgent(server, testbed.CtrB, bench.AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, bench.SinkPort)})
 	if err != nil {
 		return res, err
 	}
-	defer sink.kill()
-	inj, err := r.startAgent(client, testbed.HostA, AgentArgs{Role: "inject", Dev: testbed.WireA, Path: PathOverlay,
-		VNI: r.tb.VNI, Port: r.tb.Port, DstPort: sinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: o.Duration + 10*time.Second})
+	defer sink.Kill()
+	inj, err := r.startAgent(client, testbed.HostA, bench.AgentArgs{Role: "inject", Dev: testbed.WireA, Path: bench.PathOverlay,
+		VNI: r.tb.VNI, Port: r.tb.Port, DstPort: bench.SinkPort, Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: o.Duration + 10*time.Second})
 	if err != nil {
 		return res, err
 	}
-	defer inj.kill()
+	defer inj.Kill()
 	revert, err := r.isolate(mode)
 	if err != nil {
 		return res, err
@@ -501,18 +502,18 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 	if err != nil {
 		return res, err
 	}
-	probe, err := startProcess(r.tb, testbed.CtrA, nil, "probe", r.inCgroup(client, AgentArgs{Role: "probe", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, echoPort),
+	probe, err := bench.StartProcess(r.tb, testbed.CtrA, nil, "probe", r.inCgroup(client, bench.AgentArgs{Role: "probe", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, bench.EchoPort),
 		Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup}.Argv(self)...), func(l string) bool { return l == "ready" })
 	if err != nil {
 		return res, err
 	}
-	var pr ProbeResult
+	var pr bench.ProbeResult
 	perr := make(chan error, 1)
-	go func() { perr <- probe.result(&pr) }()
+	go func() { perr <- probe.Result(&pr) }()
 	select {
 	case err = <-perr:
 	case <-ctx.Done():
-		probe.cmd.Process.Signal(os.Interrupt)
+		probe.Interrupt()
 		<-perr
 		return res, ctx.Err()
 	}
@@ -524,19 +525,19 @@ func (r *anpRun) pingPong(ctx context.Context, mode string) (res ANPPingRep, err
 		return res, err
 	}
 	res.DevDrops = after.drops - before.drops
-	var ir InjectResult
-	if err := inj.stop(&ir); err != nil {
+	var ir bench.InjectResult
+	if err := inj.Stop(&ir); err != nil {
 		return res, err
 	}
-	var sr SinkResult
-	if err := sink.stop(&sr); err != nil {
+	var sr bench.SinkResult
+	if err := sink.Stop(&sr); err != nil {
 		return res, err
 	}
 	res.rtt = pr.RTTns
-	res.Latency = Summarize(pr.RTTns)
+	res.Latency = bench.Summarize(pr.RTTns)
 	res.Sent, res.Lost = pr.Sent, pr.Lost
 	res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
-	res.CPUs = Usage(before.host, after.host)
+	res.CPUs = bench.Usage(before.host, after.host)
 	return res, nil
 }
 
@@ -547,18 +548,14 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 	o := r.o
 	addr := testbed.OverlayB.String()
 	const port = "6379"
-	srv, err := startProcess(r.tb, testbed.CtrB, nil, "redis-server", r.inCgroup(server, o.RedisServer,
+	srv, err := bench.StartProcess(r.tb, testbed.CtrB, nil, "redis-server", r.inCgroup(server, o.RedisServer,
 		"--bind", addr, "--port", port, "--save", "", "--appendonly", "no", "--protected-mode", "no",
 		"--daemonize", "no", "--loglevel", "notice"), func(l string) bool { return strings.Contains(l, "Ready to accept connections") })
 	if err != nil {
 		return res, err
 	}
-	// Drain its log so it never blocks on a full pipe.
-	go func() {
-		for srv.lines.Scan() {
-		}
-	}()
-	defer srv.kill()
+	go srv.DiscardOutput() // its log
+	defer srv.Kill()
 	revert, err := r.isolate(mode)
 	if err != nil {
 		return res, err
@@ -600,7 +597,7 @@ func (r *anpRun) redis(ctx context.Context, mode string) (res ANPRedisRep, err e
 	if err != nil {
 		return res, err
 	}
-	res.CPUs = Usage(before.host, after.host)
+	res.CPUs = bench.Usage(before.host, after.host)
 	return res, nil
 }
 
@@ -645,7 +642,7 @@ func threadedNAPI(tb testbed.Config) (func() error, error) {
 // run: CPU time, the testbed devices' drops and (redis) the containers'
 // TCP retransmissions.
 type anpCounters struct {
-	host    HostSample
+	host    bench.HostSample
 	drops   uint64
 	retrans uint64
 }
@@ -653,7 +650,7 @@ type anpCounters struct {
 // counters reads the CPU counters, the TCP retransmissions when retrans
 // is set, then the device drops.
 func (r *anpRun) counters(retrans bool) (c anpCounters, err error) {
-	if c.host, err = SampleHost(); err != nil {
+	if c.host, err = bench.SampleHost(); err != nil {
 		return c, err
 	}
 	if retrans {
@@ -762,12 +759,12 @@ func ParseRedisCSV(s string) ([]RedisResult, error) {
 	return out, nil
 }
 
-func busySpreads(reps [][]CPUUsage) []Spread {
+func busySpreads(reps [][]bench.CPUUsage) []bench.Spread {
 	n := 0
 	for _, r := range reps {
 		n = max(n, len(r))
 	}
-	out := make([]Spread, n)
+	out := make([]bench.Spread, n)
 	for i := range out {
 		var vs []float64
 		for _, r := range reps {
@@ -775,14 +772,14 @@ func busySpreads(reps [][]CPUUsage) []Spread {
 				vs = append(vs, r[i].BusyPct)
 			}
 		}
-		out[i] = spreadOf(vs)
+		out[i] = bench.SpreadOf(vs)
 	}
 	return out
 }
 
 func (c *ANPPingCase) aggregate() {
 	var p50, p99, p999, loss, bg, drops []float64
-	var cpus [][]CPUUsage
+	var cpus [][]bench.CPUUsage
 	for _, r := range c.Reps {
 		drops = append(drops, float64(r.DevDrops))
 		p50, p99, p999 = append(p50, r.Latency.P50), append(p99, r.Latency.P99), append(p999, r.Latency.P999)
@@ -793,16 +790,16 @@ func (c *ANPPingCase) aggregate() {
 		cpus = append(cpus, r.CPUs)
 		c.rtt = append(c.rtt, r.rtt...)
 	}
-	c.P50, c.P99, c.P999, c.LossPct, c.BgDeliveredPPS = spreadOf(p50), spreadOf(p99), spreadOf(p999), spreadOf(loss), spreadOf(bg)
+	c.P50, c.P99, c.P999, c.LossPct, c.BgDeliveredPPS = bench.SpreadOf(p50), bench.SpreadOf(p99), bench.SpreadOf(p999), bench.SpreadOf(loss), bench.SpreadOf(bg)
 	c.BusyPct = busySpreads(cpus)
-	c.DevDrops = spreadOf(drops)
+	c.DevDrops = bench.SpreadOf(drops)
 	sort.Slice(c.rtt, func(i, j int) bool { return c.rtt[i] < c.rtt[j] })
 }
 
 func (c *ANPRedisCase) aggregate() {
 	by := map[string][]RedisResult{}
 	var names []string
-	var cpus [][]CPUUsage
+	var cpus [][]bench.CPUUsage
 	var retrans, drops []float64
 	for _, r := range c.Reps {
 		retrans = append(retrans, float64(r.RetransSegs))
@@ -820,11 +817,11 @@ func (c *ANPRedisCase) aggregate() {
 		for _, t := range by[n] {
 			rps, avg, p50, p99, mx = append(rps, t.RPS), append(avg, t.AvgMs), append(p50, t.P50Ms), append(p99, t.P99Ms), append(mx, t.MaxMs)
 		}
-		c.Stats = append(c.Stats, ANPRedisStat{Test: n, RPS: spreadOf(rps), Avg: spreadOf(avg), P50: spreadOf(p50), P99: spreadOf(p99), Max: spreadOf(mx)})
+		c.Stats = append(c.Stats, ANPRedisStat{Test: n, RPS: bench.SpreadOf(rps), Avg: bench.SpreadOf(avg), P50: bench.SpreadOf(p50), P99: bench.SpreadOf(p99), Max: bench.SpreadOf(mx)})
 	}
 	c.BusyPct = busySpreads(cpus)
-	c.RetransSegs = spreadOf(retrans)
-	c.DevDrops = spreadOf(drops)
+	c.RetransSegs = bench.SpreadOf(retrans)
+	c.DevDrops = bench.SpreadOf(drops)
 }
 
 func pctChange(base, v float64) string {
@@ -836,7 +833,7 @@ func pctChange(base, v float64) string {
 
 // medRng prints "median [min-max]" of values shown in 1/scale units
 // (scale 1000: ms with 3 decimals).
-func medRng(s Spread, scale int) string {
+func medRng(s bench.Spread, scale int) string {
 	if math.IsNaN(s.Median) {
 		return "-"
 	}
@@ -847,7 +844,7 @@ func medRng(s Spread, scale int) string {
 	return fmt.Sprintf(f, s.Median, s.Min, s.Max)
 }
 
-func busyStr(ss []Spread) string {
+func busyStr(ss []bench.Spread) string {
 	var parts []string
 	for i, s := range ss {
 		parts = append(parts, fmt.Sprintf("cpu%d %.0f%%", i, s.Median))
@@ -917,11 +914,11 @@ func (r *ANPReport) WriteTable(w io.Writer) {
 
 // WritePlot draws the ping-pong's latency CDF in both modes.
 func (r *ANPReport) WritePlot(file string) error {
-	var ss []cdfSeries
+	var ss []bench.CDFSeries
 	for _, c := range r.PingPong {
-		ss = append(ss, cdfSeries{c.Mode, c.rtt})
+		ss = append(ss, bench.CDFSeries{Name: c.Mode, RTT: c.rtt})
 	}
-	return plotCDF(file, "ANP: high-priority UDP ping-pong under background load", ss)
+	return bench.PlotCDF(file, "ANP: high-priority UDP ping-pong under background load", ss)
 }
 
 func (r *ANPReport) pingCase(mode string) (ANPPingCase, bool) {

@@ -1,4 +1,4 @@
-package bench
+package experiments
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -51,7 +52,7 @@ func TestANPRunIsUndone(t *testing.T) {
 	}
 	before := queues()
 	o := ANPOptions{
-		Latency: LatencyOptions{Testbed: tb, Reps: 1, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond,
+		Latency: bench.LatencyOptions{Testbed: tb, Reps: 1, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond,
 			Proto: "udp", Prober: "rxlane", Rate: 500, Size: 64, BgRate: 2000, BgSize: 64, BgFlows: 1, BgProto: "udp"},
 		Experiments:   exps,
 		RedisRequests: 2000, RedisClients: 2, RedisPipeline: 4, RedisValue: 64, RedisKeys: 100,

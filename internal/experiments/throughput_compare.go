@@ -1,4 +1,4 @@
-package bench
+package experiments
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"text/tabwriter"
 
+	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
 
@@ -25,7 +25,7 @@ type SteerVariant struct {
 
 // ThroughputCompareOptions configures the vanilla vs steering sweep.
 type ThroughputCompareOptions struct {
-	ThroughputOptions
+	bench.ThroughputOptions
 	Variants []SteerVariant
 	// FlowCounts are the numbers of injected flows (e.g. 1 and 4).
 	FlowCounts []int
@@ -38,7 +38,7 @@ func (o ThroughputCompareOptions) Validate() error {
 	if err := o.ThroughputOptions.Validate(); err != nil {
 		return err
 	}
-	if o.Path != PathOverlay {
+	if o.Path != bench.PathOverlay {
 		return errors.New("compare: steering acts on the overlay path only (--path overlay)")
 	}
 	if len(o.Variants) == 0 || o.Variants[0].Enable != nil {
@@ -61,19 +61,19 @@ func (o ThroughputCompareOptions) Validate() error {
 // ComparePoint is one (variant, flows, offered rate), medians and ranges
 // over repetitions.
 type ComparePoint struct {
-	Variant      string  `json:"variant"`
-	Flows        int     `json:"flows"`
-	OfferedPPS   float64 `json:"offered_pps"`
-	SentPPS      Spread  `json:"sent_pps"`
-	DeliveredPPS Spread  `json:"delivered_pps"`
+	Variant      string       `json:"variant"`
+	Flows        int          `json:"flows"`
+	OfferedPPS   float64      `json:"offered_pps"`
+	SentPPS      bench.Spread `json:"sent_pps"`
+	DeliveredPPS bench.Spread `json:"delivered_pps"`
 	// CPUPerPacketUs is the busy time of all CPUs (1 - idle / wall
 	// clock) per delivered packet, generator and sink included.
-	CPUPerPacketUs Spread `json:"cpu_per_packet_us"`
+	CPUPerPacketUs bench.Spread `json:"cpu_per_packet_us"`
 	// ProbeP99Us is the probe flow's round-trip p99; ProbeLossPct its
 	// loss.
-	ProbeP99Us   Spread     `json:"probe_p99_us"`
-	ProbeLossPct Spread     `json:"probe_loss_pct"`
-	CPUs         []CPUUsage `json:"cpus"` // middle repetition
+	ProbeP99Us   bench.Spread     `json:"probe_p99_us"`
+	ProbeLossPct bench.Spread     `json:"probe_loss_pct"`
+	CPUs         []bench.CPUUsage `json:"cpus"` // middle repetition
 }
 
 // CompareGoal is one of issue 6's goals evaluated on the run's medians.
@@ -85,7 +85,7 @@ type CompareGoal struct {
 
 // ThroughputCompareReport is the output of `bench throughput --compare`.
 type ThroughputCompareReport struct {
-	Header
+	bench.Header
 	Size      int            `json:"size"`
 	DurationS float64        `json:"duration_s"`
 	Reps      int            `json:"reps"`
@@ -103,17 +103,17 @@ func maxKey(variant string, flows int) string { return fmt.Sprintf("%s/%d", vari
 // ThroughputCompare measures every variant, flow count and offered rate in
 // one run on one testbed.
 func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *ThroughputCompareReport, err error) {
-	tb, cleanup, err := openTestbed(ctx, o, o.Testbed, o.Progress)
+	tb, cleanup, err := bench.OpenTestbed(ctx, o, o.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
-	rep = &ThroughputCompareReport{Header: NewHeader(1, tb), Size: o.Size, DurationS: o.Duration.Seconds(),
+	rep = &ThroughputCompareReport{Header: bench.NewHeader(1, tb), Size: o.Size, DurationS: o.Duration.Seconds(),
 		Reps: o.Reps, ProbeRate: o.ProbeRate, Variants: o.Variants, MaxDeliveredPPS: map[string]float64{}}
 	for vi, v := range o.Variants {
 		disable := func() error { return nil }
 		if v.Enable != nil {
-			progress(o.Progress, "enabling %s: %s", v.Name, v.Detail)
+			bench.Progressf(o.Progress, "enabling %s: %s", v.Name, v.Detail)
 			if disable, err = v.Enable(ctx, tb); err != nil {
 				return rep, fmt.Errorf("enable %s: %w", v.Name, err)
 			}
@@ -123,9 +123,9 @@ func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *Th
 				for ri, rate := range o.Rates {
 					pt := ComparePoint{Variant: v.Name, Flows: flows, OfferedPPS: rate}
 					var sent, got, cpp, p99, loss []float64
-					var cpus [][]CPUUsage
+					var cpus [][]bench.CPUUsage
 					for r := 0; r < o.Reps; r++ {
-						progress(o.Progress, "[%s %d/%d] %d flow(s), offered %.0f kpps (%d/%d), rep %d/%d", v.Name, vi+1, len(o.Variants), flows, rate/1e3, ri+1, len(o.Rates), r+1, o.Reps)
+						bench.Progressf(o.Progress, "[%s %d/%d] %d flow(s), offered %.0f kpps (%d/%d), rep %d/%d", v.Name, vi+1, len(o.Variants), flows, rate/1e3, ri+1, len(o.Rates), r+1, o.Reps)
 						res, err := runComparePoint(ctx, tb, o, rate, flows)
 						if err != nil {
 							return fmt.Errorf("%s, %d flows, %.0f pps, rep %d: %w", v.Name, flows, rate, r+1, err)
@@ -139,10 +139,10 @@ func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *Th
 						}
 						loss = append(loss, res.probeLoss)
 						cpus = append(cpus, res.cpus)
-						progress(o.Progress, "        sent %.0f kpps, delivered %.0f kpps, probe p99 %.0f us", res.sent/1e3, res.delivered/1e3, res.p99)
+						bench.Progressf(o.Progress, "        sent %.0f kpps, delivered %.0f kpps, probe p99 %.0f us", res.sent/1e3, res.delivered/1e3, res.p99)
 					}
-					pt.SentPPS, pt.DeliveredPPS, pt.CPUPerPacketUs = spreadOf(sent), spreadOf(got), spreadOf(cpp)
-					pt.ProbeP99Us, pt.ProbeLossPct = spreadOf(p99), spreadOf(loss)
+					pt.SentPPS, pt.DeliveredPPS, pt.CPUPerPacketUs = bench.SpreadOf(sent), bench.SpreadOf(got), bench.SpreadOf(cpp)
+					pt.ProbeP99Us, pt.ProbeLossPct = bench.SpreadOf(p99), bench.SpreadOf(loss)
 					pt.CPUs = cpus[len(cpus)/2]
 					rep.Points = append(rep.Points, pt)
 					k := maxKey(v.Name, flows)
@@ -166,53 +166,53 @@ type compareResult struct {
 	sent, delivered, seconds float64
 	busySeconds, cpuPerPktUs float64
 	p99, probeLoss           float64
-	cpus                     []CPUUsage
+	cpus                     []bench.CPUUsage
 }
 
 // runComparePoint runs one repetition: a sink and an echo server in ctrB,
 // the injector (flows flows at rate) and the probe flow from hostA/ctrA.
 func runComparePoint(ctx context.Context, tb testbed.Config, o ThroughputCompareOptions, rate float64, flows int) (compareResult, error) {
 	var res compareResult
-	_, server, addr := pathNodes(PathOverlay)
-	sink, err := startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, sinkPort)})
+	_, server, addr := bench.PathNodes(bench.PathOverlay)
+	sink, err := bench.StartAgent(tb, server, tb.AppCPUs(), bench.AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, bench.SinkPort)})
 	if err != nil {
 		return res, err
 	}
-	defer sink.kill()
-	echo, err := startAgent(tb, server, tb.AppCPUs(), AgentArgs{Role: "echo", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, echoPort), Size: 64})
+	defer sink.Kill()
+	echo, err := bench.StartAgent(tb, server, tb.AppCPUs(), bench.AgentArgs{Role: "echo", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, bench.EchoPort), Size: 64})
 	if err != nil {
 		return res, err
 	}
-	defer echo.kill()
-	before, err := sampleAll(tb, server)
+	defer echo.Kill()
+	before, err := bench.SampleAll(tb, server)
 	if err != nil {
 		return res, err
 	}
-	inj, err := startAgent(tb, testbed.HostA, tb.SenderCPUs(), AgentArgs{Role: "inject", Dev: testbed.WireA, Path: PathOverlay,
-		VNI: tb.VNI, Port: tb.Port, DstPort: sinkPort, Size: o.Size, Rate: rate, Flows: flows, Duration: o.Duration})
+	inj, err := bench.StartAgent(tb, testbed.HostA, tb.SenderCPUs(), bench.AgentArgs{Role: "inject", Dev: testbed.WireA, Path: bench.PathOverlay,
+		VNI: tb.VNI, Port: tb.Port, DstPort: bench.SinkPort, Size: o.Size, Rate: rate, Flows: flows, Duration: o.Duration})
 	if err != nil {
 		return res, err
 	}
-	defer inj.kill()
+	defer inj.Kill()
 	// The probe runs inside the injector's time (it starts once the
 	// injector is sending and ends before it).
 	warm := o.Duration / 10
-	probe, err := startAgent(tb, testbed.CtrA, tb.SenderCPUs(), AgentArgs{Role: "probe", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, echoPort),
+	probe, err := bench.StartAgent(tb, testbed.CtrA, tb.SenderCPUs(), bench.AgentArgs{Role: "probe", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, bench.EchoPort),
 		Size: 64, Rate: o.ProbeRate, Duration: o.Duration - 3*warm, Warmup: warm})
 	if err != nil {
 		return res, err
 	}
-	defer probe.kill()
+	defer probe.Kill()
 	type out struct {
 		err error
-		ir  InjectResult
-		pr  ProbeResult
+		ir  bench.InjectResult
+		pr  bench.ProbeResult
 	}
 	done := make(chan out, 1)
 	go func() {
 		var x out
-		x.err = inj.result(&x.ir)
-		if perr := probe.result(&x.pr); x.err == nil {
+		x.err = inj.Result(&x.ir)
+		if perr := probe.Result(&x.pr); x.err == nil {
 			x.err = perr
 		}
 		done <- x
@@ -221,27 +221,27 @@ func runComparePoint(ctx context.Context, tb testbed.Config, o ThroughputCompare
 	select {
 	case x = <-done:
 	case <-ctx.Done():
-		inj.kill()
-		probe.cmd.Process.Signal(os.Interrupt)
+		inj.Kill()
+		probe.Interrupt()
 		return res, ctx.Err()
 	}
 	if x.err != nil {
 		return res, x.err
 	}
-	after, err := sampleAll(tb, server)
+	after, err := bench.SampleAll(tb, server)
 	if err != nil {
 		return res, err
 	}
-	var sr SinkResult
-	if err := sink.stop(&sr); err != nil {
+	var sr bench.SinkResult
+	if err := sink.Stop(&sr); err != nil {
 		return res, err
 	}
 	res.sent, res.seconds = x.ir.RatePPS, x.ir.Seconds
 	if x.ir.Seconds > 0 {
 		res.delivered = float64(sr.Packets) / x.ir.Seconds
 	}
-	res.cpus = Usage(before.host, after.host)
-	wall := after.host.At.Sub(before.host.At).Seconds()
+	res.cpus = bench.Usage(before.Host, after.Host)
+	wall := after.Host.At.Sub(before.Host.At).Seconds()
 	for _, u := range res.cpus {
 		res.busySeconds += u.BusyPct / 100 * wall
 	}
@@ -252,7 +252,7 @@ func runComparePoint(ctx context.Context, tb testbed.Config, o ThroughputCompare
 	}
 	res.p99 = math.NaN()
 	if len(x.pr.RTTns) > 0 {
-		res.p99 = Summarize(x.pr.RTTns).P99
+		res.p99 = bench.Summarize(x.pr.RTTns).P99
 	}
 	if x.pr.Sent > 0 {
 		res.probeLoss = 100 * float64(x.pr.Lost) / float64(x.pr.Sent)

@@ -1,4 +1,4 @@
-package bench
+package experiments
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/policy"
@@ -74,8 +75,8 @@ const ModeVanillaNormal = "vanilla-normal"
 // flow over the overlay, vanilla vs a priority lane for it, idle and under
 // each background rate, in one run on one testbed.
 type CompareOptions struct {
-	Latency LatencyOptions // Proto, Rate, Size, Prober, BgSize, BgFlows, Reps, Duration, Warmup, Testbed, HoldQoS, AppSched
-	BgRates []float64      // one busy case per rate
+	Latency bench.LatencyOptions // Proto, Rate, Size, Prober, BgSize, BgFlows, Reps, Duration, Warmup, Testbed, HoldQoS, AppSched
+	BgRates []float64            // one busy case per rate
 	// Modes to compare (default vanilla and lanes-sync).
 	Modes []string
 	// Baseline adds vanilla in the old arrangement (ModeVanillaNormal:
@@ -93,7 +94,7 @@ type CompareCase struct {
 	BgRatePPS float64 `json:"bg_rate_pps"`
 	// AppSched is the measured application's scheduling in this cell.
 	AppSched string `json:"app_sched"`
-	CaseResult
+	bench.CaseResult
 	// LanePackets counts high-priority packets the lane delivered during
 	// the case (lanes mode only), summed over repetitions.
 	LanePackets uint64 `json:"lane_packets"`
@@ -128,14 +129,14 @@ type CompareReport struct {
 	// Node is the receiving node's layout: testbed, flannel, calico or
 	// docker (--node). Off the testbed, Testbed holds only the CPU
 	// layout (layout, rx_cpu, app_cpu) the node was run with.
-	Node    string         `json:"node"`
-	Testbed testbed.Config `json:"testbed"`
-	QoSHeld bool           `json:"qos_held"`
-	Options OptionsJSON    `json:"options"`
-	Rule    string         `json:"rule"`
-	Cases   []CompareCase  `json:"cases"`
-	Goals   []Goal         `json:"goals"`
-	Modes   []string       `json:"modes"`
+	Node    string            `json:"node"`
+	Testbed testbed.Config    `json:"testbed"`
+	QoSHeld bool              `json:"qos_held"`
+	Options bench.OptionsJSON `json:"options"`
+	Rule    string            `json:"rule"`
+	Cases   []CompareCase     `json:"cases"`
+	Goals   []Goal            `json:"goals"`
+	Modes   []string          `json:"modes"`
 	// Order is how cells were interleaved: modes rotate from one
 	// repetition to the next, loads run in order within a mode.
 	Order string `json:"order"`
@@ -158,7 +159,7 @@ type compareTarget struct {
 	// offload the queue lane needs off.
 	senderNetns, senderDev string
 	// run measures one case.
-	run func(ctx context.Context, o LatencyOptions, load string) (RepResult, error)
+	run func(ctx context.Context, o bench.LatencyOptions, load string) (bench.RepResult, error)
 	// settle runs after every lane enable/disable and returns a warning
 	// when it had to repair the node's layout.
 	settle func() (string, error)
@@ -172,8 +173,8 @@ func testbedTarget(tb testbed.Config) compareTarget {
 		dst:         testbed.OverlayB.String(),
 		lanes:       lanes.Options{Netns: testbed.NetnsPath(tb, testbed.HostB)},
 		senderNetns: testbed.NetnsPath(tb, testbed.HostA), senderDev: testbed.WireA,
-		run: func(ctx context.Context, o LatencyOptions, load string) (RepResult, error) {
-			return runCase(ctx, tb, o, PathOverlay, load)
+		run: func(ctx context.Context, o bench.LatencyOptions, load string) (bench.RepResult, error) {
+			return bench.RunCase(ctx, tb, o, bench.PathOverlay, load)
 		},
 		settle: func() (string, error) {
 			drifted, err := testbed.PinWireNAPI(tb)
@@ -194,7 +195,7 @@ func testbedTarget(tb testbed.Config) compareTarget {
 // a mode, so every mode sees the same minutes.
 func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err error) {
 	o := co.Latency
-	o.Paths, o.Loads = []string{PathOverlay}, []string{LoadIdle, LoadBusy}
+	o.Paths, o.Loads = []string{bench.PathOverlay}, []string{bench.LoadIdle, bench.LoadBusy}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -206,8 +207,8 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		return nil, err
 	}
 	if co.Baseline {
-		if o.AppSched != AppSchedNice {
-			return nil, fmt.Errorf("baseline-arrangement: the run's application is already at normal priority (want --app-sched %s)", AppSchedNice)
+		if o.AppSched != bench.AppSchedNice {
+			return nil, fmt.Errorf("baseline-arrangement: the run's application is already at normal priority (want --app-sched %s)", bench.AppSchedNice)
 		}
 		modes = append(modes, ModeVanillaNormal)
 	}
@@ -227,7 +228,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	var tgt compareTarget
 	var cleanup func() error
 	if node == NodeTestbed {
-		if tb, cleanup, err = ensureTestbed(ctx, o.Testbed, o.Progress); err != nil {
+		if tb, cleanup, err = bench.EnsureTestbed(ctx, o.Testbed, o.Progress); err != nil {
 			return nil, err
 		}
 		tgt = testbedTarget(tb)
@@ -244,7 +245,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
 
-	rule, err := policy.Parse(policy.Spec{Dst: tgt.dst, Proto: o.Proto, Port: fmt.Sprint(echoPort)})
+	rule, err := policy.Parse(policy.Spec{Dst: tgt.dst, Proto: o.Proto, Port: fmt.Sprint(bench.EchoPort)})
 	if err != nil {
 		return nil, err
 	}
@@ -253,10 +254,10 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		return nil, err
 	}
 	rep = &CompareReport{Version: 2, Started: time.Now().UTC(), Node: node, Testbed: tb, Rule: rule.String(), Warnings: []string{}, Modes: modes,
-		Options: o.optionsJSON(), Order: "repetition-major; mode order rotated each repetition; loads in order within a mode"}
+		Options: o.OptionsJSON(), Order: "repetition-major; mode order rotated each repetition; loads in order within a mode"}
 	rep.Options.BgRatePPS = 0 // each busy case has its own rate (bg_rate_pps of the case)
 	var release func()
-	rep.QoSHeld, release = holdQoS(o.HoldQoS, &rep.Warnings)
+	rep.QoSHeld, release = bench.HoldQoS(o.HoldQoS, &rep.Warnings)
 	defer release()
 	stateDir, err := os.MkdirTemp("", "rxlane-compare-")
 	if err != nil {
@@ -303,9 +304,9 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		rate       float64
 	}
 	cellsOf := func(m string) []cell {
-		cs := []cell{{m, LoadIdle, 0}}
+		cs := []cell{{m, bench.LoadIdle, 0}}
 		for _, r := range co.BgRates {
-			cs = append(cs, cell{m, LoadBusy, r})
+			cs = append(cs, cell{m, bench.LoadBusy, r})
 		}
 		return cs
 	}
@@ -339,9 +340,9 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 				oc := o
 				oc.BgRate = max(c.rate, 1)
 				if c.mode == ModeVanillaNormal {
-					oc.AppSched = BgSchedNormal
+					oc.AppSched = bench.BgSchedNormal
 				}
-				progress(o.Progress, "[%d/%d] rep %d: %s, %s (%s)", k, total, r+1, c.mode, label, o.Duration)
+				bench.Progressf(o.Progress, "[%d/%d] rep %d: %s, %s (%s)", k, total, r+1, c.mode, label, o.Duration)
 				before := laneStats(dpo, rules, c.mode)
 				res, err := tgt.run(ctx, oc, c.load)
 				if err != nil {
@@ -349,20 +350,20 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 				}
 				cc := results[c]
 				if cc == nil {
-					cc = &CompareCase{Mode: c.mode, Load: c.load, BgRatePPS: c.rate, AppSched: oc.optionsJSON().AppSched, CaseResult: CaseResult{Path: PathOverlay, Load: label}}
+					cc = &CompareCase{Mode: c.mode, Load: c.load, BgRatePPS: c.rate, AppSched: oc.OptionsJSON().AppSched, CaseResult: bench.CaseResult{Path: bench.PathOverlay, Load: label}}
 					results[c] = cc
 				}
 				cc.addLaneDelta(before, laneStats(dpo, rules, c.mode))
 				cc.Reps = append(cc.Reps, res)
 				cc.Lost += res.Lost
-				progress(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps sent, %.0f delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgSentPPS/1e3, res.BgDeliveredPPS/1e3)
+				bench.Progressf(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps sent, %.0f delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgSentPPS/1e3, res.BgDeliveredPPS/1e3)
 			}
 		}
 	}
 	for _, m := range modes {
 		for _, c := range cellsOf(m) {
 			cc := results[c]
-			cc.aggregate(tb)
+			cc.Aggregate(tb)
 			rep.Cases = append(rep.Cases, *cc)
 		}
 	}
@@ -450,7 +451,7 @@ func newGoal(name string, v, limit float64, le bool) Goal {
 
 // overlap says whether two cases' p99 ranges over repetitions overlap
 // (then the difference of their medians is within the run's spread).
-func overlap(a, b Spread) bool { return a.Min <= b.Max && b.Min <= a.Max }
+func overlap(a, b bench.Spread) bool { return a.Min <= b.Max && b.Min <= a.Max }
 
 func modeGoals(rep *CompareReport, mode string) []Goal {
 	li, vi := rep.find(mode, 0), rep.find(ModeVanilla, 0)
@@ -559,7 +560,7 @@ func slowerWarnings(rep *CompareReport) []string {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s made the high-priority flow slower than vanilla at %.0fk: p99 %.0f us (range %s) vs %.0f (range %s), receive CPU %.0f%% vs %.0f%% busy",
-			c.Mode, c.BgRatePPS/1e3, c.P99.Median, rng(c.P99), v.P99.Median, rng(v.P99), c.RxCPUBusyPct.Median, v.RxCPUBusyPct.Median))
+			c.Mode, c.BgRatePPS/1e3, c.P99.Median, bench.FmtRange(c.P99), v.P99.Median, bench.FmtRange(v.P99), c.RxCPUBusyPct.Median, v.RxCPUBusyPct.Median))
 	}
 	return out
 }
@@ -581,7 +582,7 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	if r.Node != "" && r.Node != NodeTestbed {
 		fmt.Fprintf(w, "node: %s-shaped, built fresh (one pod, a remote host on a veth wire; flow and flood from the remote to the pod)\n", r.Node)
 	}
-	fmt.Fprintf(w, "%s\n%s", layoutLine(r.Testbed), appSchedLine(o.AppSched))
+	fmt.Fprintf(w, "%s\n%s", bench.LayoutLine(r.Testbed), bench.AppSchedLine(o.AppSched))
 	if slices.Contains(r.Modes, ModeVanillaNormal) {
 		fmt.Fprintf(w, " (%s: vanilla with the application at normal priority, the old arrangement)", ModeVanillaNormal)
 	}
@@ -594,7 +595,7 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 			sent, dlv = fmt.Sprintf("%.1f", c.BgSentPPS.Median/1e3), fmt.Sprintf("%.1f", c.BgDeliveredPPS.Median/1e3)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%d\t\n", c.Mode, c.CaseResult.Load, sent, dlv,
-			us(c.P50.Median), us(c.P99.Median), us(c.P999.Median), rng(c.P50), rng(c.P99), c.Lost, c.RxCPUBusyPct.Median, usPkt(c.RxCPUUsPerBgPkt.Median), c.LanePackets)
+			bench.FmtUs(c.P50.Median), bench.FmtUs(c.P99.Median), bench.FmtUs(c.P999.Median), bench.FmtRange(c.P50), bench.FmtRange(c.P99), c.Lost, c.RxCPUBusyPct.Median, bench.FmtUsPkt(c.RxCPUUsPerBgPkt.Median), c.LanePackets)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(round-trip times in microseconds, medians over repetitions with their range; 'busy 150k' is the rate offered, 'bg sent' what the generator sent and 'bg delivered' what the sink in ctrB received; 'lost' sums requests without reply over repetitions; 'rx CPU us/bg pkt' is the receive CPU's busy time per delivered background packet; 'via lane' counts packets the lane delivered)")
@@ -620,7 +621,7 @@ func (g Goal) le() bool {
 // panel per load (idle, then each background rate), every mode in each,
 // as the CCDF of the round-trip time on log-log axes.
 func (r *CompareReport) WritePlot(file string) error {
-	var panels []ccdfPanel
+	var panels []bench.CCDFPanel
 	loads := []string{}
 	for _, c := range r.Cases {
 		if !slices.Contains(loads, c.CaseResult.Load) {
@@ -628,16 +629,16 @@ func (r *CompareReport) WritePlot(file string) error {
 		}
 	}
 	for _, l := range loads {
-		p := ccdfPanel{title: l}
+		p := bench.CCDFPanel{Title: l}
 		for _, c := range r.Cases {
 			if c.CaseResult.Load == l {
-				p.series = append(p.series, cdfSeries{c.Mode, c.RTTs()})
+				p.Series = append(p.Series, bench.CDFSeries{Name: c.Mode, RTT: c.RTT})
 			}
 		}
-		if l != LoadIdle {
+		if l != bench.LoadIdle {
 			for _, c := range r.Cases {
 				if c.CaseResult.Load == l && c.Mode == ModeVanilla && c.BgDeliveredPPS.Median > 0 {
-					p.title = fmt.Sprintf("%s (vanilla delivered %.0fk)", l, c.BgDeliveredPPS.Median/1e3)
+					p.Title = fmt.Sprintf("%s (vanilla delivered %.0fk)", l, c.BgDeliveredPPS.Median/1e3)
 				}
 			}
 		}
@@ -647,5 +648,5 @@ func (r *CompareReport) WritePlot(file string) error {
 	if r.Node != "" && r.Node != NodeTestbed {
 		where = r.Node + "-shaped node, "
 	}
-	return plotCCDFPanels(file, "High-priority round trip: vanilla vs priority lanes ("+where+r.Testbed.Layout.String()+" layout, app "+r.Options.AppSched+")", r.Modes, panels)
+	return bench.PlotCCDFPanels(file, "High-priority round trip: vanilla vs priority lanes ("+where+r.Testbed.Layout.String()+" layout, app "+r.Options.AppSched+")", r.Modes, panels)
 }

@@ -1,4 +1,4 @@
-package bench
+package experiments
 
 import (
 	"math/rand"
@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/rxlane/rxlane/internal/bench"
 )
 
 // synthCase is a compare cell whose round trips are drawn around p50 with
@@ -22,15 +24,15 @@ func synthCase(mode string, rate float64, p50, p99, tail, delivered, perPkt floa
 		rtt = append(rtt, int64(v*1e3))
 	}
 	sort.Slice(rtt, func(i, j int) bool { return rtt[i] < rtt[j] })
-	load := LoadIdle
-	label := LoadIdle
+	load := bench.LoadIdle
+	label := bench.LoadIdle
 	if rate > 0 {
-		load, label = LoadBusy, "busy "+map[float64]string{150e3: "150k", 300e3: "300k"}[rate]
+		load, label = bench.LoadBusy, "busy "+map[float64]string{150e3: "150k", 300e3: "300k"}[rate]
 	}
-	sp := func(v float64) Spread { return Spread{Median: v, Min: v * 0.9, Max: v * 1.1} }
-	return CompareCase{Mode: mode, Load: load, BgRatePPS: rate, Lost: lost, CaseResult: CaseResult{
-		Path: PathOverlay, Load: label, P50: sp(p50), P99: sp(p99), P999: sp(tail),
-		BgDeliveredPPS: sp(delivered), RxCPUUsPerBgPkt: sp(perPkt), rtt: rtt}}
+	sp := func(v float64) bench.Spread { return bench.Spread{Median: v, Min: v * 0.9, Max: v * 1.1} }
+	return CompareCase{Mode: mode, Load: load, BgRatePPS: rate, Lost: lost, CaseResult: bench.CaseResult{
+		Path: bench.PathOverlay, Load: label, P50: sp(p50), P99: sp(p99), P999: sp(tail),
+		BgDeliveredPPS: sp(delivered), RxCPUUsPerBgPkt: sp(perPkt), RTT: rtt}}
 }
 
 func goalByName(t *testing.T, gs []Goal, name string) Goal {
@@ -89,7 +91,7 @@ func TestCompareGoals(t *testing.T) {
 	// Plot: one panel per load, every mode; look at it with
 	// RXLANE_PLOT_OUT=dir.
 	rep := &CompareReport{Cases: cases, Modes: []string{ModeVanilla, ModeLanes, ModeVanillaNormal}}
-	rep.Options.AppSched = AppSchedNice
+	rep.Options.AppSched = bench.AppSchedNice
 	dir := os.Getenv("RXLANE_PLOT_OUT")
 	if dir == "" {
 		dir = t.TempDir()

@@ -1,4 +1,4 @@
-package bench
+package experiments
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
@@ -51,7 +52,7 @@ type nodeEnv struct {
 	n     *nodes.Node
 	pod   nodes.Pod
 	dst   netip.Addr
-	frame FrameSpec
+	frame bench.FrameSpec
 	cpus  testbed.Config
 }
 
@@ -64,13 +65,13 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 	if cpus.Layout != testbed.LayoutNIC {
 		return compareTarget{}, nil, fmt.Errorf("node %s: only layout %s is offered off the testbed (got %s)", kind, testbed.LayoutNIC, cpus.Layout)
 	}
-	progress(progressW, "building a %s-shaped node (layout %s)", kind, cpus.Layout)
+	bench.Progressf(progressW, "building a %s-shaped node (layout %s)", kind, cpus.Layout)
 	n, err := nodes.Build(nodes.Options{Kind: nodes.Kind(kind), Prefix: "rxbn"})
 	if err != nil {
 		return compareTarget{}, nil, err
 	}
 	cleanup := func() error {
-		progress(progressW, "removing the %s node", kind)
+		bench.Progressf(progressW, "removing the %s node", kind)
 		return n.Close()
 	}
 	fail := func(err error) (compareTarget, func() error, error) {
@@ -144,60 +145,60 @@ func newNodeEnv(n *nodes.Node, cpus testbed.Config) (*nodeEnv, error) {
 	if n.Kind == nodes.Docker {
 		innerDst = e.pod.MAC
 	}
-	e.frame = FrameSpec{
+	e.frame = bench.FrameSpec{
 		SrcMAC: n.Wire.RemoteMAC, DstMAC: n.Wire.NodeMAC,
 		SrcIP: remoteUnder4.AsSlice(), DstIP: under4.AsSlice(),
 		VNI: uint32(tn.VNI), VXLANPort: uint16(tn.Port),
 		InnerSrcMAC: tn.RemoteMAC, InnerDstMAC: innerDst,
 		InnerSrcIP: src.AsSlice(), InnerDstIP: e.dst.AsSlice(),
-		SrcPort: 20000, DstPort: sinkPort,
+		SrcPort: 20000, DstPort: bench.SinkPort,
 	}
 	return e, nil
 }
 
-// runCase measures one case on the node, as runCase does on the testbed:
+// runCase measures one case on the node, as bench.RunCase does on the testbed:
 // echo server (and the background sink) in the pod on the application
 // CPUs, prober and injector on the remote host on the sender CPUs.
-func (e *nodeEnv) runCase(ctx context.Context, o LatencyOptions, load string) (RepResult, error) {
-	var res RepResult
+func (e *nodeEnv) runCase(ctx context.Context, o bench.LatencyOptions, load string) (bench.RepResult, error) {
+	var res bench.RepResult
 	if o.Prober == "sockperf" || o.BgProto == "tcp" {
 		return res, fmt.Errorf("node %s: only the built-in UDP prober and UDP background run off the testbed", e.n.Kind)
 	}
 	apps, senders := e.cpus.AppCPUs(), e.cpus.SenderCPUs()
 	addr := func(port int) string { return netip.AddrPortFrom(e.dst, uint16(port)).String() }
-	echo, err := startAgentAt(e.pod.Netns, apps, AgentArgs{Role: "echo", Proto: o.Proto, Addr: addr(echoPort), Size: o.Size, Sched: o.AppSched})
+	echo, err := bench.StartAgentAt(e.pod.Netns, apps, bench.AgentArgs{Role: "echo", Proto: o.Proto, Addr: addr(bench.EchoPort), Size: o.Size, Sched: o.AppSched})
 	if err != nil {
 		return res, err
 	}
-	defer echo.kill()
-	var sink, inj *agent
-	if load == LoadBusy {
-		if sink, err = startAgentAt(e.pod.Netns, apps, AgentArgs{Role: "sink", Addr: addr(sinkPort)}); err != nil {
+	defer echo.Kill()
+	var sink, inj *bench.Agent
+	if load == bench.LoadBusy {
+		if sink, err = bench.StartAgentAt(e.pod.Netns, apps, bench.AgentArgs{Role: "sink", Addr: addr(bench.SinkPort)}); err != nil {
 			return res, err
 		}
-		defer sink.kill()
+		defer sink.Kill()
 		f := e.frame
 		f.Payload = o.BgSize
 		spec, err := json.Marshal(f)
 		if err != nil {
 			return res, err
 		}
-		inj, err = startAgentAt(e.n.Remote, senders, AgentArgs{Role: "inject", Dev: e.n.Wire.RemoteDev, Frame: string(spec),
+		inj, err = bench.StartAgentAt(e.n.Remote, senders, bench.AgentArgs{Role: "inject", Dev: e.n.Wire.RemoteDev, Frame: string(spec),
 			Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: o.Duration + 5*time.Second, Sched: o.BgSched})
 		if err != nil {
 			return res, err
 		}
-		defer inj.kill()
+		defer inj.Kill()
 	}
 	before, err := e.sample()
 	if err != nil {
 		return res, err
 	}
-	probe, err := startAgentAt(e.n.Remote, senders, probeArgs(o, addr(echoPort)))
+	probe, err := bench.StartAgentAt(e.n.Remote, senders, bench.ProbeArgs(o, addr(bench.EchoPort)))
 	if err != nil {
 		return res, err
 	}
-	pr, err := waitProbe(ctx, probe)
+	pr, err := bench.WaitProbe(ctx, probe)
 	if err != nil {
 		return res, err
 	}
@@ -205,32 +206,32 @@ func (e *nodeEnv) runCase(ctx context.Context, o LatencyOptions, load string) (R
 	if err != nil {
 		return res, err
 	}
-	return finishCase(pr, before, after, sink, inj, e.cpus.RxCPU)
+	return bench.FinishCase(pr, before, after, sink, inj, e.cpus.RxCPU)
 }
 
 // sample reads the host's CPU counters, the pod's UDP counters and the
 // drop counters of the node's devices (the host's, a Docker sandbox's, the
 // pod's).
-func (e *nodeEnv) sample() (sample, error) {
-	s := sample{links: map[string]testbed.DropCounters{}}
-	if err := testbed.LinkDropsAt(e.n.Netns, "", s.links); err != nil {
+func (e *nodeEnv) sample() (bench.Sample, error) {
+	s := bench.Sample{Links: map[string]testbed.DropCounters{}}
+	if err := testbed.LinkDropsAt(e.n.Netns, "", s.Links); err != nil {
 		return s, err
 	}
 	if e.pod.HostNetns != e.n.Netns { // Docker: the sandbox's bridge, vxlan0 and veths
-		if err := testbed.LinkDropsAt(e.pod.HostNetns, "", s.links); err != nil {
+		if err := testbed.LinkDropsAt(e.pod.HostNetns, "", s.Links); err != nil {
 			return s, err
 		}
 	}
-	if err := testbed.LinkDropsAt(e.pod.Netns, "pod:", s.links); err != nil {
+	if err := testbed.LinkDropsAt(e.pod.Netns, "pod:", s.Links); err != nil {
 		return s, err
 	}
 	err := netns.Do(e.pod.Netns, false, func() (err error) {
-		s.udp, err = ReadUDPStats()
+		s.UDP, err = bench.ReadUDPStats()
 		return err
 	})
 	if err != nil {
 		return s, fmt.Errorf("sample %s: %w", e.pod.Netns, err)
 	}
-	s.host, err = SampleHost()
+	s.Host, err = bench.SampleHost()
 	return s, err
 }
