@@ -1,17 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/steer"
-	"github.com/spf13/cobra"
 )
 
 type steerFlags struct {
@@ -58,6 +62,15 @@ moves the first stage off the polling CPU with XDP and a cpumap (with a
 veth underlay the sending end needs tx checksum offload off:
 --sender-tx-off does that in an rxlane testbed).
 
+With --follow a closed loop makes sure steering never costs throughput: it
+starts with the unsteered path, measures what the flows get (deliveries at
+the containers less socket drops, backlog drops, CPU per packet) in windows,
+tries the steered placement between two windows of the current one, and
+switches only when that is better by more than the noise it measured, two
+trials in a row. Steering is not tried while every CPU it could move a
+stage to is busy with tasks (the application, a generator): --busy-tasks.
+Decisions and their reasons are in 'steer status'.
+
   rxlane steer enable --netns rxl-hostB --cpus 0-3 --follow
   rxlane steer enable --cpus 0-3 --follow     # this namespace (a Flannel or Calico node)
   rxlane steer enable --netns /var/run/docker/netns/1-abcdef1234 --cpus 0-3
@@ -80,6 +93,8 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 		o                  steer.Options
 		follow             bool
 		interval, duration time.Duration
+		lo                 = steer.DefaultLoopOptions()
+		noLoop             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "enable",
@@ -101,6 +116,16 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 			}
 			if interval <= 0 {
 				return usagef("--interval must be positive")
+			}
+			lo.Off = noLoop
+			if err := lo.Validate(); err != nil {
+				return usagef("--loop-*: %v", err)
+			}
+			if lo.BusyTask <= 0 || lo.BusyTask > 1 {
+				return usagef("--busy-tasks must be in (0, 1], got %g", lo.BusyTask)
+			}
+			if !follow && (noLoop || cmd.Flags().Changed("loop-window") || cmd.Flags().Changed("loop-interval") || cmd.Flags().Changed("busy-tasks")) {
+				return usagef("--no-loop, --loop-* and --busy-tasks need --follow")
 			}
 			if firstCPUs != "" {
 				if o.FirstCPUs, err = isolate.ParseCPUList(firstCPUs); err != nil {
@@ -137,32 +162,19 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 			if !follow {
 				return nil
 			}
-			// Load tracking (Algorithm 1): sample /proc/stat every interval,
-			// publish to the datapath, until interrupted or --duration.
-			fl := &steer.Follower{StateFile: state, Sampler: steer.Sampler{Alpha: 0.5}}
+			// Load tracking (Algorithm 1) and the closed loop, until
+			// interrupted or --duration.
 			ctx := cmd.Context()
-			var deadline <-chan time.Time
 			if duration > 0 {
-				deadline = time.After(duration)
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
 			}
-			tick := time.NewTicker(interval)
-			defer tick.Stop()
-			for {
-				loads, on, err := fl.Step()
-				if err != nil {
-					return err
-				}
-				if loads != nil && !f.json {
-					fmt.Fprintf(cmd.OutOrStdout(), "avg %.2f on=%v flips=%d\n", steer.Average(loads, st.CPUs), on, fl.Switch.Flips)
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-deadline:
-					return nil
-				case <-tick.C:
-				}
+			fo := &steer.Follow{StateFile: state, Interval: interval, Loop: lo}
+			if !f.json {
+				fo.Logf = func(format string, args ...any) { fmt.Fprintf(cmd.OutOrStdout(), format+"\n", args...) }
 			}
+			return fo.Run(ctx)
 		},
 	}
 	cmd.Flags().StringVar(&cpus, "cpus", "", "the CPU set (kernel list format, default: all CPUs)")
@@ -177,9 +189,14 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&o.Local, "local", false, "send a packet the unsteered path when every stage steering moves would run on the CPU it is on anyway (no RPS-to-self hops; see docs/steer.md for when it pays)")
 	cmd.Flags().BoolVar(&o.NoGuard, "no-guard", false, "switch a flow's stage CPU at once, without the in-flight guard (reorders; for demonstrations)")
 	cmd.Flags().MarkHidden("no-guard")
-	cmd.Flags().BoolVar(&follow, "follow", false, "keep running: sample per-CPU load and publish it to the datapath")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep running: sample per-CPU load and publish it to the datapath, and run the closed loop (starts off; steers only while that delivers more, or the same for less CPU, than the unsteered path)")
 	cmd.Flags().DurationVar(&interval, "interval", 200*time.Millisecond, "load sampling window with --follow")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop following after this long (0: until interrupted)")
+	cmd.Flags().BoolVar(&noLoop, "no-loop", false, "with --follow: FALCON's load tracking only, without the closed loop that backs off when steering does not pay")
+	cmd.Flags().DurationVar(&lo.Window, "loop-window", lo.Window, "with --follow: the closed loop's measurement window")
+	cmd.Flags().DurationVar(&lo.Interval, "loop-interval", lo.Interval, "with --follow: time between trials of the other placement (doubles while the placement holds)")
+	cmd.Flags().DurationVar(&lo.MaxInterval, "loop-max-interval", lo.MaxInterval, "with --follow: longest time between trials")
+	cmd.Flags().Float64Var(&lo.BusyTask, "busy-tasks", lo.BusyTask, "with --follow: a CPU spending this share in tasks (application, generator) is busy: steering is not tried when it could only add load to busy CPUs")
 	return cmd
 }
 
@@ -247,7 +264,28 @@ func printSteerStatus(w io.Writer, st steer.Status) error {
 			fmt.Fprintf(tw, "first stage\tXDP cpumap on %s -> CPUs %v\n", fs.Device, fs.CPUs)
 		}
 	}
-	fmt.Fprintf(tw, "average load\t%.1f%%\n\n", 100*st.AvgLoad)
+	fmt.Fprintf(tw, "average load\t%.1f%%\n", 100*st.AvgLoad)
+	if l := st.Loop; l != nil {
+		trial := ""
+		if l.Running != l.Placement {
+			trial = fmt.Sprintf(" (trying %s now)", l.Running)
+		}
+		fmt.Fprintf(tw, "closed loop\t%s%s, %d switches, receive CPUs %v, updated %s\n", l.Placement, trial, l.Switches, l.RxCPUs, l.Updated)
+		if !l.Spare {
+			fmt.Fprintf(tw, "spare CPU\tnone: %s\n", l.Busy)
+		}
+		var reasons []string
+		for r, n := range l.Decisions {
+			reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
+		}
+		slices.Sort(reasons)
+		fmt.Fprintf(tw, "decisions\t%s\n", strings.Join(reasons, ", "))
+		if n := len(l.Last); n > 0 {
+			d := l.Last[n-1]
+			fmt.Fprintf(tw, "last decision\t%s -> %s: %s (%s) at %.0f s of loop time\n", d.FromName, d.ToName, d.Reason, d.Detail, d.At.Seconds())
+		}
+	}
+	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "CPU\tLOAD")
 	for _, c := range st.CPUs {
 		fmt.Fprintf(tw, "%d\t%.1f%%\n", c.CPU, 100*c.Load)

@@ -34,7 +34,7 @@ type AgentArgs struct {
 	Size     int           // request size (echo, probe) or UDP payload (inject)
 	Rate     float64       // requests/s (probe) or packets/s (inject)
 	Duration time.Duration // probe, inject
-	Warmup   time.Duration // probe
+	Warmup   time.Duration // probe; sink: not counted after the first packet
 	Dev      string        // inject: device to send on
 	Path     string        // inject: overlay or host
 	VNI      int           // inject
@@ -135,7 +135,7 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 		}
 		defer unix.Close(fd)
 		ready()
-		return emit(RunSink(ctx, fd, a.Count))
+		return emit(RunSink(ctx, fd, a.Count, a.Warmup))
 	case "probe":
 		if err := setSched(a.Sched); err != nil {
 			return err

@@ -15,10 +15,12 @@ type SinkResult struct {
 
 // RunSink reads and discards datagrams from the UDP socket fd until ctx
 // ends, as a low-priority application would (like sockperf's server), 64
-// at a time. With count > 0 it also finishes after count packets.
-func RunSink(ctx context.Context, fd int, count int64) SinkResult {
+// at a time. With count > 0 it also finishes after count packets. With
+// warmup > 0, what arrives in the first warmup after the first packet is
+// read and not counted (a steering loop finds its placement meanwhile).
+func RunSink(ctx context.Context, fd int, count int64, warmup time.Duration) SinkResult {
 	var r SinkResult
-	var first, last time.Time
+	var first, last, start time.Time
 	rb := newRecvBatch(fd, 64, 2048)
 	for ctx.Err() == nil && (count <= 0 || r.Packets < count) {
 		n, b, err := rb.recv()
@@ -26,6 +28,12 @@ func RunSink(ctx context.Context, fd int, count int64) SinkResult {
 			continue
 		}
 		last = time.Now()
+		if start.IsZero() {
+			start = last
+		}
+		if last.Sub(start) < warmup {
+			continue
+		}
 		if r.Packets == 0 {
 			first = last
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"time"
 	"text/tabwriter"
 
 	"github.com/rxlane/rxlane/internal/bench"
@@ -21,6 +23,10 @@ type SteerVariant struct {
 	Name   string                                                                         `json:"name"`
 	Detail string                                                                         `json:"detail"`
 	Enable func(ctx context.Context, tb testbed.Config) (disable func() error, err error) `json:"-"`
+	// Describe, when set, is called after each run, before disable: a
+	// line on what the variant did (the closed loop's placement and
+	// decisions), kept with the run.
+	Describe func() string `json:"-"`
 }
 
 // ThroughputCompareOptions configures the vanilla vs steering sweep.
@@ -31,6 +37,10 @@ type ThroughputCompareOptions struct {
 	FlowCounts []int
 	// ProbeRate is the probe flow's requests per second (UDP echo, 64 B).
 	ProbeRate float64
+	// Settle is the load's run time before each measured Duration, after
+	// the variant is enabled: a closed loop finds its placement meanwhile.
+	// Every variant gets it, vanilla too.
+	Settle time.Duration
 }
 
 // Validate checks the options.
@@ -51,6 +61,9 @@ func (o ThroughputCompareOptions) Validate() error {
 		if f < 1 || f > 64 {
 			return fmt.Errorf("compare: %d flows: want 1..64", f)
 		}
+	}
+	if o.Settle < 0 || o.Settle > 5*time.Minute {
+		return fmt.Errorf("compare: settle time %v: want 0..5m", o.Settle)
 	}
 	if o.ProbeRate <= 0 || o.ProbeRate > 20000 {
 		return fmt.Errorf("compare: probe rate %g: want 0 < rate <= 20000/s", o.ProbeRate)
@@ -74,6 +87,8 @@ type ComparePoint struct {
 	ProbeP99Us   bench.Spread     `json:"probe_p99_us"`
 	ProbeLossPct bench.Spread     `json:"probe_loss_pct"`
 	CPUs         []bench.CPUUsage `json:"cpus"` // middle repetition
+	// Notes are the variant's Describe lines, one per repetition.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // CompareGoal is one of issue 6's goals evaluated on the run's medians.
@@ -88,6 +103,7 @@ type ThroughputCompareReport struct {
 	bench.Header
 	Size      int            `json:"size"`
 	DurationS float64        `json:"duration_s"`
+	SettleS   float64        `json:"settle_s"`
 	Reps      int            `json:"reps"`
 	ProbeRate float64        `json:"probe_rate"`
 	Variants  []SteerVariant `json:"variants"`
@@ -101,65 +117,86 @@ type ThroughputCompareReport struct {
 func maxKey(variant string, flows int) string { return fmt.Sprintf("%s/%d", variant, flows) }
 
 // ThroughputCompare measures every variant, flow count and offered rate in
-// one run on one testbed.
+// one run on one testbed. Repetitions are interleaved: for each point,
+// repetition r runs every variant in turn (each enabled for that run
+// only), so a drift of the machine meets every variant alike.
 func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *ThroughputCompareReport, err error) {
 	tb, cleanup, err := bench.OpenTestbed(ctx, o, o.Testbed, o.Progress)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
-	rep = &ThroughputCompareReport{Header: bench.NewHeader(1, tb), Size: o.Size, DurationS: o.Duration.Seconds(),
+	rep = &ThroughputCompareReport{Header: bench.NewHeader(1, tb), Size: o.Size, DurationS: o.Duration.Seconds(), SettleS: o.Settle.Seconds(),
 		Reps: o.Reps, ProbeRate: o.ProbeRate, Variants: o.Variants, MaxDeliveredPPS: map[string]float64{}}
-	for vi, v := range o.Variants {
-		disable := func() error { return nil }
-		if v.Enable != nil {
-			bench.Progressf(o.Progress, "enabling %s: %s", v.Name, v.Detail)
-			if disable, err = v.Enable(ctx, tb); err != nil {
-				return rep, fmt.Errorf("enable %s: %w", v.Name, err)
-			}
-		}
-		err := func() error {
-			for _, flows := range o.FlowCounts {
-				for ri, rate := range o.Rates {
-					pt := ComparePoint{Variant: v.Name, Flows: flows, OfferedPPS: rate}
-					var sent, got, cpp, p99, loss []float64
-					var cpus [][]bench.CPUUsage
-					for r := 0; r < o.Reps; r++ {
-						bench.Progressf(o.Progress, "[%s %d/%d] %d flow(s), offered %.0f kpps (%d/%d), rep %d/%d", v.Name, vi+1, len(o.Variants), flows, rate/1e3, ri+1, len(o.Rates), r+1, o.Reps)
-						res, err := runComparePoint(ctx, tb, o, rate, flows)
-						if err != nil {
-							return fmt.Errorf("%s, %d flows, %.0f pps, rep %d: %w", v.Name, flows, rate, r+1, err)
-						}
-						sent, got = append(sent, res.sent), append(got, res.delivered)
-						if res.cpuPerPktUs > 0 {
-							cpp = append(cpp, res.cpuPerPktUs)
-						}
-						if !math.IsNaN(res.p99) {
-							p99 = append(p99, res.p99)
-						}
-						loss = append(loss, res.probeLoss)
-						cpus = append(cpus, res.cpus)
-						bench.Progressf(o.Progress, "        sent %.0f kpps, delivered %.0f kpps, probe p99 %.0f us", res.sent/1e3, res.delivered/1e3, res.p99)
+	type runs struct {
+		sent, got, cpp, p99, loss []float64
+		cpus                      [][]bench.CPUUsage
+		notes                     []string
+	}
+	for _, flows := range o.FlowCounts {
+		for ri, rate := range o.Rates {
+			acc := make([]runs, len(o.Variants))
+			for r := 0; r < o.Reps; r++ {
+				for vi, v := range o.Variants {
+					bench.Progressf(o.Progress, "%d flow(s), offered %.0f kpps (%d/%d), rep %d/%d: %s", flows, rate/1e3, ri+1, len(o.Rates), r+1, o.Reps, v.Name)
+					res, note, err := runVariantPoint(ctx, tb, o, v, rate, flows)
+					if err != nil {
+						return rep, fmt.Errorf("%s, %d flows, %.0f pps, rep %d: %w", v.Name, flows, rate, r+1, err)
 					}
-					pt.SentPPS, pt.DeliveredPPS, pt.CPUPerPacketUs = bench.SpreadOf(sent), bench.SpreadOf(got), bench.SpreadOf(cpp)
-					pt.ProbeP99Us, pt.ProbeLossPct = bench.SpreadOf(p99), bench.SpreadOf(loss)
-					pt.CPUs = cpus[len(cpus)/2]
-					rep.Points = append(rep.Points, pt)
-					k := maxKey(v.Name, flows)
-					rep.MaxDeliveredPPS[k] = math.Max(rep.MaxDeliveredPPS[k], pt.DeliveredPPS.Median)
+					a := &acc[vi]
+					a.sent, a.got = append(a.sent, res.sent), append(a.got, res.delivered)
+					if res.cpuPerPktUs > 0 {
+						a.cpp = append(a.cpp, res.cpuPerPktUs)
+					}
+					if !math.IsNaN(res.p99) {
+						a.p99 = append(a.p99, res.p99)
+					}
+					a.loss = append(a.loss, res.probeLoss)
+					a.cpus = append(a.cpus, res.cpus)
+					if note != "" {
+						a.notes = append(a.notes, note)
+					}
+					bench.Progressf(o.Progress, "        sent %.0f kpps, delivered %.0f kpps, probe p99 %.0f us %s", res.sent/1e3, res.delivered/1e3, res.p99, note)
 				}
 			}
-			return nil
-		}()
-		if derr := disable(); derr != nil {
-			err = errors.Join(err, fmt.Errorf("disable %s: %w", v.Name, derr))
-		}
-		if err != nil {
-			return rep, err
+			for vi, v := range o.Variants {
+				a := acc[vi]
+				pt := ComparePoint{Variant: v.Name, Flows: flows, OfferedPPS: rate, Notes: a.notes}
+				pt.SentPPS, pt.DeliveredPPS, pt.CPUPerPacketUs = bench.SpreadOf(a.sent), bench.SpreadOf(a.got), bench.SpreadOf(a.cpp)
+				pt.ProbeP99Us, pt.ProbeLossPct = bench.SpreadOf(a.p99), bench.SpreadOf(a.loss)
+				pt.CPUs = a.cpus[len(a.cpus)/2]
+				rep.Points = append(rep.Points, pt)
+				k := maxKey(v.Name, flows)
+				rep.MaxDeliveredPPS[k] = math.Max(rep.MaxDeliveredPPS[k], pt.DeliveredPPS.Median)
+			}
 		}
 	}
+	slices.SortStableFunc(rep.Points, func(a, b ComparePoint) int {
+		return slices.IndexFunc(o.Variants, func(v SteerVariant) bool { return v.Name == a.Variant }) -
+			slices.IndexFunc(o.Variants, func(v SteerVariant) bool { return v.Name == b.Variant })
+	})
 	rep.Goals = rep.evaluate()
 	return rep, nil
+}
+
+// runVariantPoint enables v, runs one repetition and disables v.
+func runVariantPoint(ctx context.Context, tb testbed.Config, o ThroughputCompareOptions, v SteerVariant, rate float64, flows int) (res compareResult, note string, err error) {
+	if v.Enable != nil {
+		disable, err := v.Enable(ctx, tb)
+		if err != nil {
+			return res, "", fmt.Errorf("enable %s: %w", v.Name, err)
+		}
+		defer func() {
+			if derr := disable(); derr != nil {
+				err = errors.Join(err, fmt.Errorf("disable %s: %w", v.Name, derr))
+			}
+		}()
+	}
+	res, err = runComparePoint(ctx, tb, o, rate, flows)
+	if err == nil && v.Describe != nil {
+		note = v.Describe()
+	}
+	return res, note, err
 }
 
 type compareResult struct {
@@ -174,7 +211,7 @@ type compareResult struct {
 func runComparePoint(ctx context.Context, tb testbed.Config, o ThroughputCompareOptions, rate float64, flows int) (compareResult, error) {
 	var res compareResult
 	_, server, addr := bench.PathNodes(bench.PathOverlay)
-	sink, err := bench.StartAgent(tb, server, tb.AppCPUs(), bench.AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, bench.SinkPort)})
+	sink, err := bench.StartAgent(tb, server, tb.AppCPUs(), bench.AgentArgs{Role: "sink", Addr: fmt.Sprintf("%s:%d", addr, bench.SinkPort), Warmup: o.Settle})
 	if err != nil {
 		return res, err
 	}
@@ -184,25 +221,33 @@ func runComparePoint(ctx context.Context, tb testbed.Config, o ThroughputCompare
 		return res, err
 	}
 	defer echo.Kill()
-	before, err := bench.SampleAll(tb, server)
-	if err != nil {
-		return res, err
-	}
 	inj, err := bench.StartAgent(tb, testbed.HostA, tb.SenderCPUs(), bench.AgentArgs{Role: "inject", Dev: testbed.WireA, Path: bench.PathOverlay,
-		VNI: tb.VNI, Port: tb.Port, DstPort: bench.SinkPort, Size: o.Size, Rate: rate, Flows: flows, Duration: o.Duration})
+		VNI: tb.VNI, Port: tb.Port, DstPort: bench.SinkPort, Size: o.Size, Rate: rate, Flows: flows, Duration: o.Settle + o.Duration})
 	if err != nil {
 		return res, err
 	}
 	defer inj.Kill()
-	// The probe runs inside the injector's time (it starts once the
-	// injector is sending and ends before it).
+	// The probe runs inside the injector's measured time (it starts once
+	// the injector is sending and the settle time is over, and ends
+	// before it).
 	warm := o.Duration / 10
 	probe, err := bench.StartAgent(tb, testbed.CtrA, tb.SenderCPUs(), bench.AgentArgs{Role: "probe", Proto: "udp", Addr: fmt.Sprintf("%s:%d", addr, bench.EchoPort),
-		Size: 64, Rate: o.ProbeRate, Duration: o.Duration - 3*warm, Warmup: warm})
+		Size: 64, Rate: o.ProbeRate, Duration: o.Settle + o.Duration - 3*warm, Warmup: o.Settle + warm})
 	if err != nil {
 		return res, err
 	}
 	defer probe.Kill()
+	// CPU time is sampled over the measured time only: the settle time
+	// is a wait for the window, not a synchronisation.
+	select {
+	case <-time.After(o.Settle):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	before, err := bench.SampleAll(tb, server)
+	if err != nil {
+		return res, err
+	}
 	type out struct {
 		err error
 		ir  bench.InjectResult
@@ -236,9 +281,9 @@ func runComparePoint(ctx context.Context, tb testbed.Config, o ThroughputCompare
 	if err := sink.Stop(&sr); err != nil {
 		return res, err
 	}
-	res.sent, res.seconds = x.ir.RatePPS, x.ir.Seconds
-	if x.ir.Seconds > 0 {
-		res.delivered = float64(sr.Packets) / x.ir.Seconds
+	res.sent, res.seconds = x.ir.RatePPS, x.ir.Seconds-o.Settle.Seconds()
+	if res.seconds > 0 {
+		res.delivered = float64(sr.Packets) / res.seconds
 	}
 	res.cpus = bench.Usage(before.Host, after.Host)
 	wall := after.Host.At.Sub(before.Host.At).Seconds()

@@ -175,6 +175,9 @@ type State struct {
 	FirstStage   *FirstStage  `json:"first_stage,omitempty"`
 	// Warnings are limits of this setup a user should know about.
 	Warnings []string `json:"warnings,omitempty"`
+	// Placement is the closed loop's last switch for good ("off" or
+	// "steered"; empty: no loop switched), as journaled before it.
+	Placement string `json:"placement,omitempty"`
 	// Interrupted: the enable that wrote the journal did not complete
 	// (killed half way); the state lists every change it may have made,
 	// for disable.
@@ -656,6 +659,9 @@ func Disable(stateFile string) error {
 		return err
 	}
 	if err := disable(st); err != nil {
+		return err
+	}
+	if err := os.Remove(loopFile(stateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return journal.Remove(stateFile)

@@ -82,6 +82,12 @@ func (st *State) record(kind string, data []byte) error {
 			return err
 		}
 		st.FirstStage.PeerTx = &p
+	case kindPlacement:
+		var p placementIntent
+		if err := json.Unmarshal(data, &p); err != nil {
+			return err
+		}
+		st.Placement = p.Placement
 	default:
 		return fmt.Errorf("unknown change %q", kind)
 	}

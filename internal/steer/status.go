@@ -183,17 +183,28 @@ type Follower struct {
 	StateFile string
 	Sampler   Sampler
 	Switch    Switch
+	// Off holds steering off whatever the load (the closed loop's
+	// placement "off").
+	Off   bool
+	loads map[int]float64
+	// st and m, when set (Follow), are the state and the attached
+	// program's maps, kept open instead of found again every sample.
+	st *State
+	m  *steerMaps
 }
 
 // Step takes one sample and publishes it; the first call only sets the
 // sampler's baseline. It returns the loads and whether steering is on.
 func (f *Follower) Step() (map[int]float64, bool, error) {
-	st, err := loadState(f.StateFile)
-	if err != nil {
-		return nil, false, err
-	}
+	st := f.st
 	if st == nil {
-		return nil, false, ErrNotEnabled
+		var err error
+		if st, err = loadState(f.StateFile); err != nil {
+			return nil, false, err
+		}
+		if st == nil {
+			return nil, false, ErrNotEnabled
+		}
 	}
 	if f.Switch.Threshold == 0 {
 		f.Switch.Threshold, f.Switch.Hysteresis = st.AvgThreshold, st.Hysteresis
@@ -202,8 +213,18 @@ func (f *Follower) Step() (map[int]float64, bool, error) {
 	if err != nil || loads == nil {
 		return nil, f.Switch.On(), err
 	}
-	on := f.Switch.Update(Average(loads, st.CPUs))
-	return loads, on, Loads(f.StateFile, loads, on)
+	f.Switch.Update(Average(loads, st.CPUs))
+	f.loads = loads
+	return f.publish()
+}
+
+// publish writes the last loads and the on/off they and Off give.
+func (f *Follower) publish() (map[int]float64, bool, error) {
+	on := f.Switch.On() && !f.Off
+	if f.m != nil {
+		return f.loads, on, publish(f.m, f.st, f.loads, on)
+	}
+	return f.loads, on, Loads(f.StateFile, f.loads, on)
 }
 
 // FlowStage is one (flow, stage) of the status.
@@ -257,6 +278,8 @@ type Status struct {
 	CPUs     []CPULoad         `json:"cpus"`
 	Counters map[string]uint64 `json:"counters"`
 	Flows    []FlowStage       `json:"flows"`
+	// Loop is the closed loop's decisions (nil: no loop ran).
+	Loop *LoopStatus `json:"loop,omitempty"`
 }
 
 // ReadStatus reads the state file and the attached program's maps.
@@ -267,6 +290,9 @@ func ReadStatus(stateFile string) (Status, error) {
 		return s, err
 	}
 	s.Enabled, s.State, s.Static = true, st, st.Static
+	if s.Loop, err = ReadLoopStatus(stateFile); err != nil {
+		return s, err
+	}
 	if st.Interrupted {
 		return s, nil // the program may be half attached: nothing to read
 	}

@@ -1,0 +1,493 @@
+package steer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/falcon"
+	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/netns"
+)
+
+// The closed loop in the datapath (issue 19): `steer enable --follow`
+// runs internal/falcon's Loop around the steering mode. It measures what
+// the flows get in a window (the done hook's deliveries less the drops
+// the sockets report after it, the backlogs' drops, the CPU set's busy
+// time), and switches between the mode's placement ("steered") and the
+// unsteered path ("off": the entry sends every flow direct, through the
+// in-flight guard, exactly as the load switch does). Switches for good
+// are journaled in the state file before they are made; every decision
+// is counted in the loop file beside it (LoopStatus), which `steer
+// status` shows.
+
+// kindPlacement journals a switch of the loop (placementIntent).
+const kindPlacement = "placement"
+
+// placementIntent is the loop's switch, journaled before it is made.
+type placementIntent struct {
+	Placement string `json:"placement"`
+	Reason    string `json:"reason"`
+	Detail    string `json:"detail"`
+}
+
+// LoopOptions configures the closed loop of Follow.
+type LoopOptions struct {
+	falcon.LoopConfig
+	// Off runs plain FALCON load tracking, without the loop.
+	Off bool
+	// BusyTask is the share of a CPU spent in tasks (user and system
+	// time: the application, the generator) from which the CPU is busy:
+	// a stage moved there would compete with them.
+	BusyTask float64
+}
+
+// DefaultLoopOptions are `steer enable --follow`'s defaults.
+func DefaultLoopOptions() LoopOptions {
+	return LoopOptions{LoopConfig: falcon.DefaultLoopConfig(), BusyTask: 0.5}
+}
+
+// LoopStatus is what the loop has decided, written beside the state file
+// after every decision (and read by ReadStatus).
+type LoopStatus struct {
+	// Placement holds outside trials; Running is the placement of the
+	// window being measured (they differ during a trial).
+	Placement string `json:"placement"`
+	Running   string `json:"running"`
+	Switches  int    `json:"switches"`
+	// Decisions counts decisions by reason (falcon.Dec*).
+	Decisions map[string]int    `json:"decisions"`
+	Last      []falcon.Decision `json:"last,omitempty"`
+	// RxCPUs are the CPUs the flows' last stage ran on while off (where
+	// the stages run unsteered); Spare and Busy are the last check.
+	RxCPUs  []int  `json:"rx_cpus,omitempty"`
+	Spare   bool   `json:"spare"`
+	Busy    string `json:"busy,omitempty"`
+	Updated string `json:"updated"`
+}
+
+// loopFile is the loop's status file of a state file.
+func loopFile(stateFile string) string { return stateFile + ".loop" }
+
+// ReadLoopStatus reads the loop's status (nil when no loop ran).
+func ReadLoopStatus(stateFile string) (*LoopStatus, error) {
+	var ls LoopStatus
+	found, err := journal.LoadJSON(loopFile(stateFile), "steer loop status", &ls)
+	if !found || err != nil {
+		return nil, err
+	}
+	return &ls, nil
+}
+
+// Follow is `steer enable --follow`: load tracking (Algorithm 1) and, unless
+// Loop.Off, the closed loop around it.
+type Follow struct {
+	StateFile string
+	// Interval is the load sampling window.
+	Interval time.Duration
+	Loop     LoopOptions
+	// Logf, when set, gets one line per decision and per load sample.
+	Logf func(format string, args ...any)
+	// Stat and Softnet are the files read (tests: fakes; empty: /proc).
+	Stat, Softnet string
+}
+
+// Run follows until ctx ends. On return the loop's own placement is in
+// force (a trial in progress is ended); steering stays enabled.
+func (f *Follow) Run(ctx context.Context) error {
+	st, err := loadState(f.StateFile)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return ErrNotEnabled
+	}
+	if f.Interval <= 0 {
+		return fmt.Errorf("steer follow: interval must be positive")
+	}
+	if st.Interrupted {
+		return fmt.Errorf("steer: enable was interrupted (state %s): run disable", f.StateFile)
+	}
+	m, err := openMaps(st)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	fl := &Follower{StateFile: f.StateFile, Sampler: Sampler{Alpha: 0.5, Path: f.Stat}, st: st, m: m}
+	if f.Loop.Off {
+		return f.tick(ctx, func() error {
+			loads, on, err := fl.Step()
+			if err == nil && loads != nil && f.Logf != nil {
+				f.Logf("avg %.2f on=%v flips=%d", Average(loads, st.CPUs), on, fl.Switch.Flips)
+			}
+			return err
+		})
+	}
+	if err := f.Loop.Validate(); err != nil {
+		return err
+	}
+	loop, err := falcon.NewLoop(f.Loop.LoopConfig, falcon.PlaceOff)
+	if err != nil {
+		return err
+	}
+	lr := &loopRun{f: f, st: st, m: m, loop: loop, fl: fl}
+	fl.Off = true // the loop starts off: the unsteered path never costs
+	if _, _, err := fl.Step(); err != nil {
+		return err
+	}
+	if lr.base, err = lr.measure(); err != nil {
+		return err
+	}
+	lr.save(nil)
+	err = f.tick(ctx, lr.step)
+	// Leave the loop's placement in force, not a trial's.
+	if loop.Placement() != loop.Current() {
+		fl.Off = loop.Current() == falcon.PlaceOff
+		_, _, serr := fl.publish()
+		err = joinErr(err, serr)
+	}
+	return err
+}
+
+func joinErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// tick calls fn every Interval until ctx ends, or until the state file
+// is gone (steering disabled by someone else: stop following).
+func (f *Follow) tick(ctx context.Context, fn func() error) error {
+	t := time.NewTicker(f.Interval)
+	defer t.Stop()
+	checked := time.Now()
+	for {
+		if err := fn(); err != nil {
+			return err
+		}
+		if time.Since(checked) >= time.Second {
+			if _, err := os.Stat(f.StateFile); err != nil {
+				return fmt.Errorf("%w (state %s: %v)", ErrNotEnabled, f.StateFile, err)
+			}
+			checked = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// loopRun is one run of the loop in the datapath.
+type loopRun struct {
+	f    *Follow
+	st   *State
+	m    *steerMaps
+	loop *falcon.Loop
+	fl   *Follower
+
+	base   sample
+	rxCPUs []int
+	spare  bool
+	busy   string
+}
+
+// step publishes loads every tick and, once a window is complete, feeds it
+// to the loop and applies the placement it returns.
+func (lr *loopRun) step() error {
+	if _, _, err := lr.fl.Step(); err != nil {
+		return err
+	}
+	if time.Since(lr.base.at) < lr.f.Loop.Window {
+		return nil
+	}
+	now, err := lr.measure()
+	if err != nil {
+		return err
+	}
+	w := lr.window(lr.base, now)
+	before := lr.loop.Placement()
+	p, d := lr.loop.Step(w)
+	if d != nil && d.Switched {
+		// The switch for good is journaled before it is made.
+		if err := lr.journal(d); err != nil {
+			return err
+		}
+	}
+	if d != nil && lr.f.Logf != nil {
+		lr.f.Logf("loop: %s -> %s: %s (%s)", d.FromName, d.ToName, d.Reason, d.Detail)
+	}
+	lr.save(d)
+	if p != before {
+		lr.fl.Off = p == falcon.PlaceOff
+		if _, _, err := lr.fl.publish(); err != nil {
+			return err
+		}
+		// Queues of the old placement drain before the next window.
+		time.Sleep(lr.f.Loop.Settle)
+		if now, err = lr.measure(); err != nil {
+			return err
+		}
+	}
+	lr.base = now
+	return nil
+}
+
+func (lr *loopRun) journal(d *falcon.Decision) error {
+	l, err := journal.Append(lr.f.StateFile)
+	if err != nil {
+		return err
+	}
+	err = l.Intent(kindPlacement, placementIntent{Placement: d.ToName, Reason: d.Reason, Detail: d.Detail})
+	return joinErr(err, l.Close())
+}
+
+func (lr *loopRun) save(d *falcon.Decision) {
+	ls := LoopStatus{Placement: lr.loop.Current().String(), Running: lr.loop.Placement().String(),
+		Switches: lr.loop.Switches, Decisions: lr.loop.Counts, Last: lr.loop.Last,
+		RxCPUs: lr.rxCPUs, Spare: lr.spare, Busy: lr.busy, Updated: time.Now().UTC().Format(time.RFC3339)}
+	// The status is advisory (the journal holds the switches): a failed
+	// write is not a reason to stop steering.
+	_ = journal.SaveJSON(loopFile(lr.f.StateFile), "steer loop status", ls)
+}
+
+// sample is the counters at one instant.
+type sample struct {
+	at        time.Time
+	done      uint64 // deliveries seen by the done hook
+	sockDrops uint64 // receive buffer drops of the endpoints' sockets
+	backlog   uint64 // backlog drops, all CPUs
+	idle      map[int]time.Duration
+	task      map[int]time.Duration
+}
+
+func (lr *loopRun) measure() (sample, error) {
+	s := sample{at: time.Now()}
+	var v []uint64
+	if err := lr.m.SteerCounters.Lookup(uint32(CountDone), &v); err != nil {
+		return s, fmt.Errorf("read steer counters: %w", err)
+	}
+	for _, x := range v {
+		s.done += x
+	}
+	var err error
+	if s.idle, s.task, err = readCPUTimes(lr.f.Stat); err != nil {
+		return s, err
+	}
+	if s.backlog, err = readBacklogDrops(lr.f.Softnet); err != nil {
+		return s, err
+	}
+	for _, ns := range endpointNetns(lr.st) {
+		// A container that is gone has no drops to count. (/proc of the
+		// thread, not /sys: no private sysfs mount per read.)
+		_ = netns.Do(netnsPath(ns), false, func() error {
+			n, err := readSocketDrops()
+			s.sockDrops += n
+			return err
+		})
+	}
+	return s, nil
+}
+
+// window turns two samples into the loop's window, and checks for a spare
+// CPU.
+func (lr *loopRun) window(a, b sample) falcon.Window {
+	wall := b.at.Sub(a.at)
+	w := falcon.Window{Seconds: wall.Seconds()}
+	sock := float64(b.sockDrops - a.sockDrops)
+	w.Delivered = max(float64(b.done-a.done)-sock, 0)
+	w.Drops = sock + float64(b.backlog-a.backlog)
+	load, task := map[int]float64{}, map[int]float64{}
+	for _, c := range lr.st.CPUs {
+		load[c] = min(max(1-float64(b.idle[c]-a.idle[c])/float64(wall), 0), 1)
+		task[c] = min(max(float64(b.task[c]-a.task[c])/float64(wall), 0), 1)
+		w.BusySeconds += load[c] * w.Seconds
+	}
+	running := lr.loop.Placement()
+	if running == falcon.PlaceOff {
+		if rx := lr.deliveredCPUs(); len(rx) > 0 {
+			lr.rxCPUs = rx
+		}
+	}
+	lr.spare, lr.busy = spareCPU(lr.st.CPUs, lr.rxCPUs, load, task, lr.f.Loop.BusyTask, lr.st.Threshold, running == falcon.PlaceOff)
+	w.Spare, w.Why = lr.spare, lr.busy
+	return w
+}
+
+// spareCPU reports whether a CPU of the set, other than those the stages
+// run on unsteered (rx), could take a stage without competing: its tasks
+// (application, generator) below busyTask and, while the stages are not
+// steered (so no load of ours is on it), its whole load below the
+// per-CPU threshold (softirqs of other flows or steering instances).
+// why names the busy CPUs when there is none.
+func spareCPU(set, rx []int, load, task map[int]float64, busyTask, threshold float64, off bool) (bool, string) {
+	var busy []string
+	for _, c := range set {
+		if slices.Contains(rx, c) {
+			continue
+		}
+		switch {
+		case task[c] >= busyTask:
+			busy = append(busy, fmt.Sprintf("CPU %d %.0f%% in tasks", c, 100*task[c]))
+		case off && load[c] >= threshold:
+			busy = append(busy, fmt.Sprintf("CPU %d %.0f%% busy", c, 100*load[c]))
+		default:
+			return true, ""
+		}
+	}
+	if len(busy) == 0 {
+		return false, fmt.Sprintf("no CPU in the set besides the receive CPUs %v", rx)
+	}
+	return false, strings.Join(busy, ", ") + fmt.Sprintf(" (receive CPUs %v)", rx)
+}
+
+// deliveredCPUs are the CPUs of the last deliveries of flows active in
+// the last second.
+func (lr *loopRun) deliveredCPUs() []int {
+	if lr.m.SteerGuards == nil {
+		return nil
+	}
+	now := monotonicNs()
+	var out []int
+	var k uint32
+	var g guardEntry
+	it := lr.m.SteerGuards.Iterate()
+	for it.Next(&k, &g) {
+		if g.DoneNs == 0 || now-g.DoneNs > uint64(time.Second) {
+			continue
+		}
+		if c := int(g.DoneCPU); !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// endpointNetns are the namespaces of the container stages.
+func endpointNetns(st *State) []string {
+	var out []string
+	for _, sg := range st.Stages {
+		if sg.Name == "veth" && !slices.Contains(out, sg.Netns) {
+			out = append(out, sg.Netns)
+		}
+	}
+	return out
+}
+
+// readCPUTimes returns each CPU's idle (idle + iowait) and task (user +
+// nice + system) time from /proc/stat. Task time is sampled at the tick,
+// which runs whenever a task does, so it is accurate where idle time
+// (tickless) needs the wall clock.
+func readCPUTimes(path string) (idle, task map[int]time.Duration, err error) {
+	if path == "" {
+		path = "/proc/stat"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read cpu times: %w", err)
+	}
+	idle, task = map[int]time.Duration{}, map[int]time.Duration{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		cpu, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse %s: cpu %q", path, f[0])
+		}
+		var col [6]uint64
+		for i := 1; i <= 5; i++ {
+			if col[i], err = strconv.ParseUint(f[i], 10, 64); err != nil {
+				return nil, nil, fmt.Errorf("parse %s: %s column %d: %w", path, f[0], i, err)
+			}
+		}
+		tick := time.Second / UserHZ
+		task[cpu] = time.Duration(col[1]+col[2]+col[3]) * tick
+		idle[cpu] = time.Duration(col[4]+col[5]) * tick
+	}
+	return idle, task, sc.Err()
+}
+
+// readBacklogDrops sums /proc/net/softnet_stat's dropped column (backlog
+// queue full) over all CPUs.
+func readBacklogDrops(path string) (uint64, error) {
+	if path == "" {
+		path = "/proc/net/softnet_stat"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read backlog drops: %w", err)
+	}
+	var sum uint64
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, err := strconv.ParseUint(f[1], 16, 32)
+		if err != nil {
+			return 0, fmt.Errorf("parse %s: %w", path, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// readSocketDrops is the UDP receive buffer drops (IPv4 and IPv6) of the
+// calling thread's namespace.
+func readSocketDrops() (uint64, error) {
+	var sum uint64
+	for _, f := range []struct{ path, key string }{
+		{"/proc/thread-self/net/snmp", "Udp:RcvbufErrors"},
+		{"/proc/thread-self/net/snmp6", "Udp6RcvbufErrors"},
+	} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			continue // no IPv6
+		}
+		v, ok := snmpValue(string(b), f.key)
+		if ok {
+			sum += v
+		}
+	}
+	return sum, nil
+}
+
+// snmpValue finds key in /proc/net/snmp ("Proto:Field", header line then
+// value line) or /proc/net/snmp6 ("Field value") text.
+func snmpValue(text, key string) (uint64, bool) {
+	lines := strings.Split(text, "\n")
+	proto, field, paired := strings.Cut(key, ":")
+	for i, line := range lines {
+		f := strings.Fields(line)
+		if !paired {
+			if len(f) == 2 && f[0] == key {
+				v, err := strconv.ParseUint(f[1], 10, 64)
+				return v, err == nil
+			}
+			continue
+		}
+		if len(f) == 0 || f[0] != proto+":" || i+1 >= len(lines) {
+			continue
+		}
+		vals := strings.Fields(lines[i+1])
+		for j, name := range f {
+			if name == field && j < len(vals) && vals[0] == proto+":" {
+				v, err := strconv.ParseUint(vals[j], 10, 64)
+				return v, err == nil
+			}
+		}
+	}
+	return 0, false
+}
