@@ -7,8 +7,8 @@ import (
 	"io"
 	"math"
 	"slices"
-	"time"
 	"text/tabwriter"
+	"time"
 
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/testbed"
