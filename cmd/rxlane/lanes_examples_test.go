@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/labns"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
@@ -73,7 +74,7 @@ func docExamples(t *testing.T, doc, heading string) [][]string {
 // datagram. (docs' routed example is run by TestLanesRoutedExamples.)
 func TestLanesExamplesRunAsWritten(t *testing.T) {
 	testbedtest.RequireRoot(t)
-	testbed.StateDir = t.TempDir()
+	labns.Dir = t.TempDir()
 	var docBlock []string
 	for _, b := range docExamples(t, "docs/lanes.md", "## Using it") {
 		if len(b) > 0 && strings.Contains(strings.Join(b, "\n"), "rxl-hostB") {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/rxlane/rxlane/internal/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +40,7 @@ type System struct {
 	RSS      RSS
 	Affinity Affinity
 	// InNetns runs fn with the named network namespace's sysfs on /sys
-	// (nil: testbed.DoSysfsNamed).
+	// (nil: netns.Resolve(ns).DoSysfs, /run/netns/NS).
 	InNetns func(ns string, fn func() error) error
 	// StateDir holds the journal; empty means ROOT/run/rxlane/isolate.
 	StateDir string
@@ -77,7 +77,11 @@ func (s *System) inNetns(ns string, fn func() error) error {
 	if s.InNetns != nil {
 		return s.InNetns(ns, fn)
 	}
-	return testbed.DoSysfsNamed(ns, fn)
+	r, err := netns.Resolve(ns)
+	if err != nil {
+		return err
+	}
+	return r.DoSysfs(fn)
 }
 
 // readFile reads a root-relative file, in netns ns when given.

@@ -380,7 +380,7 @@ func sharedTunnel(dev string, id int, ours *ebpf.Map) error {
 	for it := ours.Iterate(); it.Next(&k, &v); {
 		var w steerDev
 		if m.SteerTunnels.Lookup(k, &w) == nil {
-			return fmt.Errorf("steer: %s already carries a steering program for VNI %d on UDP port %d over IPv%d (another enable of the same tunnel): one steering instance per tunnel", dev, k.VNI, k.Port, k.Family)
+			return fmt.Errorf("steer: %s already carries a steering program for VNI %d on UDP port %d over IPv%d (another enable of the same tunnel): one steering instance per tunnel", dev, k.Vni, k.Port, k.Family)
 		}
 	}
 	return nil
@@ -458,12 +458,12 @@ func Enable(o Options) (st *State, err error) {
 	if o.Local {
 		flags |= flagLocal
 	}
-	if err := objs.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
+	if err := objs.SteerConfig.Put(uint32(0), steerConfig{N_cpus: uint32(len(o.CPUs)), Threshold: permille(o.Threshold),
 		Flags: flags, IdleMs: idleMs, SettleNs: settleNs}); err != nil {
 		return st, fmt.Errorf("write steer config: %w", err)
 	}
 	for i, c := range o.CPUs {
-		if err := objs.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c)}); err != nil {
+		if err := objs.SteerCpus.Put(uint32(i), steerCPU{Cpu: uint32(c)}); err != nil {
 			return st, fmt.Errorf("write steer cpus: %w", err)
 		}
 	}
@@ -510,7 +510,7 @@ func Enable(o Options) (st *State, err error) {
 		if err := objs.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
 			return st, fmt.Errorf("read steer config: %w", err)
 		}
-		cfg.NFirst = uint32(len(o.FirstCPUs))
+		cfg.N_first = uint32(len(o.FirstCPUs))
 		if err := objs.SteerConfig.Put(uint32(0), cfg); err != nil {
 			return st, fmt.Errorf("write steer config: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/labns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -48,7 +49,7 @@ func crashChild(at string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	testbed.StateDir = os.Getenv(crashTestbedEnv)
+	labns.Dir = os.Getenv(crashTestbedEnv)
 	journal.AfterRecord = func(_ string, seq int, _ string) {
 		if seq == n {
 			os.Exit(crashExit)
@@ -163,7 +164,7 @@ func runCrashChild(t *testing.T, o Options, step int) (int, string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), crashAtEnv+"="+strconv.Itoa(step), crashOptsEnv+"="+string(b), crashTestbedEnv+"="+testbed.StateDir)
+	cmd.Env = append(os.Environ(), crashAtEnv+"="+strconv.Itoa(step), crashOptsEnv+"="+string(b), crashTestbedEnv+"="+labns.Dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

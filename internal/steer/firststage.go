@@ -3,13 +3,12 @@ package steer
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/ethtool"
-	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/rxlane/rxlane/internal/labns"
 )
 
 // First-stage offload (--first-stage cpumap): bpf/steer.c's steer_xdp, in
@@ -78,22 +77,6 @@ func underlayPeer(hostNS, dev string) (ns, peer string, ok bool, err error) {
 	return ns, peer, err == nil, err
 }
 
-// createdByRxlane reports whether ns belongs to a testbed rxlane built
-// (rxlane only changes sender-side offloads there).
-func createdByRxlane(ns string) bool {
-	prefixes, err := testbed.List()
-	if err != nil {
-		return false
-	}
-	for _, p := range prefixes {
-		c := testbed.Config{Prefix: p}
-		if slices.ContainsFunc(testbed.Nodes, func(n testbed.Node) bool { return c.NS(n) == ns }) {
-			return true
-		}
-	}
-	return false
-}
-
 // senderTxOff turns off tx checksum offload at the underlay's other end
 // (journaled with record first, into fs.PeerTx): with a veth sender and XDP on the receiving
 // end, packets whose checksum the sender left to "hardware" arrive with
@@ -106,7 +89,8 @@ func senderTxOff(hostNS string, fs *FirstStage, record func(PeerOffload) error) 
 	if !ok {
 		return fmt.Errorf("steer: --sender-tx-off: %s is not a veth whose peer is in a named namespace", fs.Device)
 	}
-	if !createdByRxlane(ns) {
+	// rxlane only changes sender-side offloads in a testbed it built.
+	if !labns.Created(ns) {
 		return fmt.Errorf("steer: --sender-tx-off: %s is not a namespace of an rxlane testbed; turn tx checksum offload off on the sender yourself (ethtool -K %s tx off)", ns, peer)
 	}
 	return inNetnsSysfs(ns, func() error {

@@ -40,11 +40,11 @@ func loadOn(t *testing.T, n int, flags uint32) *steerObjects {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { o.Close() })
-	if err := o.SteerConfig.Put(uint32(0), steerConfig{NCPUs: uint32(n), Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flags}); err != nil {
+	if err := o.SteerConfig.Put(uint32(0), steerConfig{N_cpus: uint32(n), Threshold: 850, Flags: flagOn | flagDynamic | flagExcludeFirst | flags}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if err := o.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(i)}); err != nil {
+		if err := o.SteerCpus.Put(uint32(i), steerCPU{Cpu: uint32(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +60,7 @@ func putWire(t *testing.T, o *steerObjects, key, flags uint32, tv steerDev) {
 		t.Fatal(err)
 	}
 	for _, fam := range []uint8{4, 6} {
-		if err := o.SteerTunnels.Put(tunnelKey{VNI: 42, Port: 4789, Family: fam}, tv); err != nil {
+		if err := o.SteerTunnels.Put(tunnelKey{Vni: 42, Port: 4789, Family: fam}, tv); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 	run := func(frame []byte) { t.Helper(); runTC(t, o.SteerIngress, frame) }
 	lookup := func(fh, stage uint32) (flowEntry, bool) {
 		var f flowEntry
-		err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: stage}, &f)
+		err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageId: stage}, &f)
 		return f, err == nil
 	}
 	vxMAC := []byte{0x66, 0, 0, 0, 0, 0x10} // routed: the inner MAC is the VXLAN device's
@@ -125,9 +125,9 @@ func TestProgramDualStackAndRouted(t *testing.T) {
 				t.Fatalf("%s: flow from port %d not recorded under Go's hash %#x", tc.name, sport, fh)
 			}
 			idx, r := Choose(ChoiceInput{FlowHash: fh, Stage: vxIdx, CPUs: cpus, Loads: make([]float64, 4), Threshold: 0.85, On: true, ExcludeFirst: true})
-			if f.RPSHash == 0 || RPSIndex(f.RPSHash, len(cpus)) != idx || Reason(f.Reason) != r {
+			if f.RpsHash == 0 || RPSIndex(f.RpsHash, len(cpus)) != idx || Reason(f.Reason) != r {
 				t.Fatalf("%s, port %d: kernel wrote hash %#x (position %d, %v), Go chose %d (%v)",
-					tc.name, sport, f.RPSHash, RPSIndex(f.RPSHash, len(cpus)), Reason(f.Reason), idx, r)
+					tc.name, sport, f.RpsHash, RPSIndex(f.RpsHash, len(cpus)), Reason(f.Reason), idx, r)
 			}
 		}
 	}
@@ -199,7 +199,7 @@ func TestEntryKeyedApart(t *testing.T) {
 		runTC(t, tc.prog, tc.frame)
 		fh := FlowHash(netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), 5000, 7000, 17)
 		var f flowEntry
-		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: tc.stage}, &f); err != nil || f.Packets != 1 {
+		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageId: tc.stage}, &f); err != nil || f.Packets != 1 {
 			t.Fatalf("%s: no flow record for stage %#x (%v)", tc.name, tc.stage, err)
 		}
 	}
@@ -240,19 +240,19 @@ func TestLocalGoesDirect(t *testing.T) {
 		in.Stage = ctIdx
 		s3, _ := Choose(in)
 		var f flowEntry
-		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageID: vxIdx}, &f); err != nil {
+		if err := o.SteerFlows.Lookup(flowKey{FlowHash: fh, StageId: vxIdx}, &f); err != nil {
 			t.Fatalf("port %d: not recorded: %v", sport, err)
 		}
 		if cpus[s2] == 0 && cpus[s3] == 0 {
 			direct++
-			if f.RPSHash != 0 || f.Committed != committedDirect || f.CPU != 0 {
-				t.Fatalf("port %d: both stages on this CPU 0, want direct; hash %#x committed %#x cpu %d", sport, f.RPSHash, f.Committed, f.CPU)
+			if f.RpsHash != 0 || f.Committed != committedDirect || f.Cpu != 0 {
+				t.Fatalf("port %d: both stages on this CPU 0, want direct; hash %#x committed %#x cpu %d", sport, f.RpsHash, f.Committed, f.Cpu)
 			}
 			continue
 		}
 		steered++
-		if f.RPSHash == 0 || RPSIndex(f.RPSHash, len(cpus)) != s2 {
-			t.Fatalf("port %d: stages on CPUs %d, %d: want steered to position %d, hash %#x", sport, cpus[s2], cpus[s3], s2, f.RPSHash)
+		if f.RpsHash == 0 || RPSIndex(f.RpsHash, len(cpus)) != s2 {
+			t.Fatalf("port %d: stages on CPUs %d, %d: want steered to position %d, hash %#x", sport, cpus[s2], cpus[s3], s2, f.RpsHash)
 		}
 	}
 	if direct == 0 || steered == 0 {

@@ -98,7 +98,7 @@ func Loads(stateFile string, loads map[int]float64, on bool) error {
 
 func publish(m *steerMaps, st *State, loads map[int]float64, on bool) error {
 	for i, c := range st.CPUs {
-		if err := m.SteerCpus.Put(uint32(i), steerCPU{CPU: uint32(c), Load: permille(loads[c])}); err != nil {
+		if err := m.SteerCpus.Put(uint32(i), steerCPU{Cpu: uint32(c), Load: permille(loads[c])}); err != nil {
 			return fmt.Errorf("write steer cpus: %w", err)
 		}
 	}
@@ -112,7 +112,7 @@ func setOn(m *steerMaps, on bool) error {
 	}
 	if on {
 		cfg.Flags |= flagOn
-		if cfg.NFirst > 0 {
+		if cfg.N_first > 0 {
 			cfg.Flags |= flagFirstOn
 		}
 	} else {
@@ -151,8 +151,8 @@ func drained(m *steerMaps, offAt uint64) (bool, error) {
 			return false, nil // no packet since off yet
 		}
 		switch {
-		case k.StageID&stageXDP != 0:
-			if Reason(f.Reason) != ReasonOff || f.CPU != f.WantCPU {
+		case k.StageId&stageXDP != 0:
+			if Reason(f.Reason) != ReasonOff || f.Cpu != f.WantCpu {
 				return false, nil
 			}
 		case Reason(f.Reason) == ReasonStatic: // numbering only
@@ -311,7 +311,7 @@ func ReadStatus(stateFile string) (Status, error) {
 		if err := m.SteerCpus.Lookup(uint32(i), &c); err != nil {
 			return s, fmt.Errorf("read steer cpus: %w", err)
 		}
-		s.CPUs = append(s.CPUs, CPULoad{CPU: int(c.CPU), Load: float64(c.Load) / 1000})
+		s.CPUs = append(s.CPUs, CPULoad{CPU: int(c.Cpu), Load: float64(c.Load) / 1000})
 		s.AvgLoad += float64(c.Load) / 1000 / float64(len(st.CPUs))
 	}
 	for r := range numReasons {
@@ -341,10 +341,10 @@ func ReadStatus(stateFile string) (Status, error) {
 	var f flowEntry
 	it := m.SteerFlows.Iterate()
 	for it.Next(&k, &f) {
-		sg := stage[k.StageID]
-		fs := FlowStage{FlowHash: k.FlowHash, Stage: sg.Name, Device: sg.Device, CPU: int(f.CPU), WantCPU: int(f.WantCPU),
+		sg := stage[k.StageId]
+		fs := FlowStage{FlowHash: k.FlowHash, Stage: sg.Name, Device: sg.Device, CPU: int(f.Cpu), WantCPU: int(f.WantCpu),
 			Choice: Reason(f.Reason).String(), Packets: f.Packets, First: f.First, Second: f.Second, OffLoad: f.Off,
-			Deferred: f.Deferred, Switches: f.Switches, RPSHash: f.RPSHash}
+			Deferred: f.Deferred, Switches: f.Switches, RPSHash: f.RpsHash}
 		if now > f.LastNs {
 			fs.IdleMs = float64(now-f.LastNs) / 1e6
 		}
@@ -352,7 +352,7 @@ func ReadStatus(stateFile string) (Status, error) {
 		var g guardEntry
 		if m.SteerGuards != nil && m.SteerGuards.Lookup(k.FlowHash, &g) == nil {
 			fs.InFlight = (g.NextSeq - 1 - g.DoneSeq) & 0xffff
-			fs.DeliveredCPU = int(g.DoneCPU)
+			fs.DeliveredCPU = int(g.DoneCpu)
 		}
 		s.Flows = append(s.Flows, fs)
 	}

@@ -39,24 +39,28 @@ type (
 	steerDev      = steerSteerDev
 	endpointKey   = steerSteerEpKey // struct steer_ep_key: inner destination MAC
 	endpointIPKey = steerSteerIpKey // struct steer_ip_key: inner destination address (IPv4 v4-mapped), of routed endpoints
+
+	// steerConfig is struct steer_cfg: N_cpus, Threshold (permille),
+	// Flags (flag*), IdleMs (a flow-stage idle this long may switch CPU
+	// even if its packets were never seen delivered; 0: never), N_first
+	// (first-stage, XDP cpumap, CPUs), SettleNs (the last delivery must
+	// be this old before a switch).
+	steerConfig = steerSteerCfg
+	// steerCPU is struct steer_cpu: Cpu and its Load (permille).
+	steerCPU = steerSteerCpu
+	// tunnelKey is struct steer_tunnel_key: how the entry tells an
+	// encapsulated packet's VXLAN device (outer Family 4 or 6, UDP Port,
+	// Vni).
+	tunnelKey = steerSteerTunnelKey
+	flowKey   = steerSteerFlowKey // struct steer_flow_key: FlowHash, StageId
+	// flowEntry is struct steer_flow: Packets, LastNs, First, Second,
+	// Off, Deferred, Switches, Cpu, Reason, RpsHash, Committed, WantCpu.
+	flowEntry = steerSteerFlow
+	// guardEntry is struct steer_guard. DirectIn, DirectOut: packets the
+	// entry sent direct (hash 0, no number) and those of them the done
+	// hook saw; Direct: the entry sends the flow direct now.
+	guardEntry = steerSteerGuard
 )
-
-// Go twins of the structs whose fields attach.go and status.go name as
-// the generated types do not (NCPUs, CPU, VNI, StageID, RPSHash, ...);
-// TestLayoutMatchesC checks them against the committed object's BTF.
-
-// steerConfig is struct steer_cfg.
-type steerConfig struct {
-	NCPUs     uint32
-	Threshold uint32 // permille
-	Flags     uint32
-	// IdleMs: a flow-stage idle this long may switch CPU even if its
-	// packets were never seen delivered; 0: never.
-	IdleMs uint32
-	NFirst uint32 // first-stage (XDP cpumap) CPUs
-	// SettleNs: the last delivery must be this old before a switch.
-	SettleNs uint32
-}
 
 // settleNs gives the old CPU time to finish the IP and socket layers of
 // the last packet the done hook saw before another CPU may overtake it.
@@ -65,61 +69,6 @@ const settleNs = 200000
 // idleMs is the idle time after which a flow whose delivery the guard
 // cannot see may switch CPU (a packet queued that long is assumed gone).
 const idleMs = 500
-
-// steerCPU is struct steer_cpu.
-type steerCPU struct {
-	CPU  uint32
-	Load uint32 // permille
-}
-
-// tunnelKey is struct steer_tunnel_key: how the entry tells an
-// encapsulated packet's VXLAN device (outer family 4 or 6, UDP port, VNI).
-type tunnelKey struct {
-	VNI    uint32
-	Port   uint16
-	Family uint8
-	Pad    uint8
-}
-
-// flowKey is struct steer_flow_key.
-type flowKey struct {
-	FlowHash uint32
-	StageID  uint32
-}
-
-// flowEntry is struct steer_flow.
-type flowEntry struct {
-	Packets   uint64
-	LastNs    uint64
-	First     uint64
-	Second    uint64
-	Off       uint64
-	Deferred  uint64
-	Switches  uint64
-	CPU       uint32
-	Reason    uint32
-	RPSHash   uint32
-	Committed uint32
-	WantCPU   uint32
-	Pad       uint32
-}
-
-// guardEntry is struct steer_guard.
-type guardEntry struct {
-	LastNs      uint64
-	DoneNs      uint64
-	NextSeq     uint32
-	DoneSeq     uint32
-	XDPFrames   uint32
-	EntryFrames uint32
-	DoneCPU     uint32
-	// DirectIn, DirectOut: packets the entry sent direct (hash 0, no
-	// number) and those of them the done hook saw; Direct: the entry
-	// sends the flow direct now.
-	DirectIn  uint32
-	DirectOut uint32
-	Direct    uint32
-}
 
 // permille converts a 0..1 load to the kernel's integer scale.
 func permille(l float64) uint32 {

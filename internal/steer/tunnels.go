@@ -262,9 +262,9 @@ func planTunnels(paths []tunnelPath, o Options, st *State, objs *steerObjects) (
 			atts = append(atts, attachment{o.Netns, p.tunnel.Name, dv, false})
 		}
 		if entry {
-			k := tunnelKey{VNI: p.tunnel.VNI, Port: p.tunnel.Port, Family: uint8(p.tunnel.Family)}
+			k := tunnelKey{Vni: p.tunnel.VNI, Port: p.tunnel.Port, Family: uint8(p.tunnel.Family)}
 			if other, ok := tunnels[k]; ok {
-				return nil, nil, fmt.Errorf("steer: %s and %s both take VNI %d on UDP port %d over IPv%d: their packets cannot be told apart at the underlay", other, p.tunnel.Name, k.VNI, k.Port, k.Family)
+				return nil, nil, fmt.Errorf("steer: %s and %s both take VNI %d on UDP port %d over IPv%d: their packets cannot be told apart at the underlay", other, p.tunnel.Name, k.Vni, k.Port, k.Family)
 			}
 			tunnels[k] = p.tunnel.Name
 			if err := objs.SteerTunnels.Put(k, tv); err != nil {

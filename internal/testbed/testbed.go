@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/labns"
 	"net"
 	"os"
 	"path/filepath"
@@ -30,14 +31,20 @@ import (
 type Node string
 
 const (
-	HostA Node = "hostA"
-	HostB Node = "hostB"
-	CtrA  Node = "ctrA"
-	CtrB  Node = "ctrB"
+	HostA Node = labns.HostA
+	HostB Node = labns.HostB
+	CtrA  Node = labns.CtrA
+	CtrB  Node = labns.CtrB
 )
 
-// Nodes lists every node in creation order.
-var Nodes = []Node{HostA, HostB, CtrA, CtrB}
+// Nodes lists every node in creation order (labns.Nodes).
+var Nodes = func() []Node {
+	ns := make([]Node, len(labns.Nodes))
+	for i, n := range labns.Nodes {
+		ns[i] = Node(n)
+	}
+	return ns
+}()
 
 // Device names. They are unique across the testbed so that kernel traces,
 // which name devices but not namespaces, stay unambiguous.
@@ -216,7 +223,7 @@ func (c Config) classPort() int {
 }
 
 // NS returns the namespace name of a node.
-func (c Config) NS(n Node) string { return c.Prefix + "-" + string(n) }
+func (c Config) NS(n Node) string { return labns.NS(c.Prefix, string(n)) }
 
 // OverlayMTU is the MTU of the VXLAN device, the bridge and the container
 // veths, chosen so that encapsulated frames fit the wire without
@@ -249,12 +256,9 @@ func ParseNode(s string) (Node, error) {
 	return "", fmt.Errorf("unknown node %q: want one of %s", s, strings.Join(names, ", "))
 }
 
-// StateDir keeps one JSON file per testbed so status, exec and bench can
-// recall its configuration. It lives on tmpfs: a reboot removes namespaces
-// and state together.
-var StateDir = "/run/rxlane/testbed"
-
-func statePath(prefix string) string { return filepath.Join(StateDir, prefix+".json") }
+// statePath is the testbed's state file in labns.Dir, which tells status,
+// exec and bench its configuration, and steer that rxlane built it.
+func statePath(prefix string) string { return filepath.Join(labns.Dir, prefix+".json") }
 
 func saveState(c Config) error {
 	return journal.SaveJSON(statePath(c.Prefix), "testbed state", c)
@@ -327,24 +331,6 @@ func Down(prefix string) error {
 		errs = append(errs, fmt.Errorf("remove state: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// List returns the prefixes of testbeds that have a state file.
-func List() ([]string, error) {
-	ents, err := os.ReadDir(StateDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		if p, ok := strings.CutSuffix(e.Name(), ".json"); ok {
-			out = append(out, p)
-		}
-	}
-	return out, nil
 }
 
 // cpuMask renders a CPU list as the hex mask sysfs expects.

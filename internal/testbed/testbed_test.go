@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/labns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 	"github.com/vishvananda/netns"
@@ -25,7 +26,7 @@ func leftovers(t *testing.T, prefix string) []string {
 			out = append(out, e.Name())
 		}
 	}
-	if _, err := os.Stat(testbed.StateDir + "/" + prefix + ".json"); err == nil {
+	if _, err := os.Stat(labns.Dir + "/" + prefix + ".json"); err == nil {
 		out = append(out, "state file")
 	}
 	return out

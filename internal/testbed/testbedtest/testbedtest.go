@@ -9,6 +9,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/rxlane/rxlane/internal/labns"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
 
@@ -32,7 +33,7 @@ func Prefix() string {
 func Config(t testing.TB) testbed.Config {
 	t.Helper()
 	RequireRoot(t)
-	testbed.StateDir = t.TempDir()
+	labns.Dir = t.TempDir()
 	c := testbed.Defaults()
 	c.Prefix = Prefix()
 	return c
