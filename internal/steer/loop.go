@@ -364,7 +364,7 @@ func (lr *loopRun) deliveredCPUs() []int {
 		if g.DoneNs == 0 || now-g.DoneNs > uint64(time.Second) {
 			continue
 		}
-		if c := int(g.DoneCPU); !slices.Contains(out, c) {
+		if c := int(g.DoneCpu); !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}
