@@ -96,6 +96,11 @@ type Follow struct {
 	Logf func(format string, args ...any)
 	// Stat and Softnet are the files read (tests: fakes; empty: /proc).
 	Stat, Softnet string
+
+	// Tests: shape rewrites each measured window before the loop sees
+	// it; decided gets every decision after it is applied.
+	shape   func(falcon.Window) falcon.Window
+	decided func(falcon.Decision)
 }
 
 // Run follows until ctx ends. On return the loop's own placement is in
@@ -203,8 +208,13 @@ type loopRun struct {
 // step publishes loads every tick and, once a window is complete, feeds it
 // to the loop and applies the placement it returns.
 func (lr *loopRun) step() error {
-	if _, _, err := lr.fl.Step(); err != nil {
-		return err
+	// Loads matter to the datapath only while it steers (off sends every
+	// flow direct whatever they say): off, the loop's own window
+	// measurement is all the process does.
+	if lr.loop.Placement() == falcon.PlaceSteered {
+		if _, _, err := lr.fl.Step(); err != nil {
+			return err
+		}
 	}
 	if time.Since(lr.base.at) < lr.f.Loop.Window {
 		return nil
@@ -214,6 +224,9 @@ func (lr *loopRun) step() error {
 		return err
 	}
 	w := lr.window(lr.base, now)
+	if lr.f.shape != nil {
+		w = lr.f.shape(w)
+	}
 	before := lr.loop.Placement()
 	p, d := lr.loop.Step(w)
 	if d != nil && d.Switched {
@@ -238,6 +251,9 @@ func (lr *loopRun) step() error {
 		}
 	}
 	lr.base = now
+	if d != nil && lr.f.decided != nil {
+		lr.f.decided(*d)
+	}
 	return nil
 }
 
@@ -301,7 +317,7 @@ func (lr *loopRun) measure() (sample, error) {
 // CPU.
 func (lr *loopRun) window(a, b sample) falcon.Window {
 	wall := b.at.Sub(a.at)
-	w := falcon.Window{Seconds: wall.Seconds()}
+	w := falcon.Window{Seconds: wall.Seconds(), Placement: lr.loop.Placement()}
 	sock := float64(b.sockDrops - a.sockDrops)
 	w.Delivered = max(float64(b.done-a.done)-sock, 0)
 	w.Drops = sock + float64(b.backlog-a.backlog)
