@@ -191,12 +191,13 @@ func steerBenchVariant(detail string, o steer.Options, loop steer.LoopOptions, l
 		}, nil
 	}
 	if !loop.Off {
-		v.Describe = func() string {
+		v.Loop = true
+		v.Describe = func() (string, bool) {
 			ls, err := steer.ReadLoopStatus(stateFile)
 			if err != nil || ls == nil {
-				return "(loop: no status)"
+				return "(loop: no status)", false
 			}
-			return describeLoop(ls)
+			return describeLoop(ls), ls.Placement == "off"
 		}
 	}
 	return v

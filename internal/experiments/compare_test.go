@@ -139,3 +139,33 @@ func TestSlowerWarnings(t *testing.T) {
 		t.Fatalf("warnings %q", w)
 	}
 }
+
+// TestLoopGoals evaluates issue 19's goals on made-up medians: the
+// delivered ratio at every point, and CPU per packet only where the loop
+// backed off in most repetitions.
+func TestLoopGoals(t *testing.T) {
+	sp := func(v float64) bench.Spread { return bench.Spread{Median: v, Min: v, Max: v} }
+	pt := func(v string, rate, got, cpp float64, off int) ComparePoint {
+		return ComparePoint{Variant: v, Flows: 1, OfferedPPS: rate, DeliveredPPS: sp(got), CPUPerPacketUs: sp(cpp),
+			Notes: []string{"a", "b", "c"}, BackedOff: off}
+	}
+	r := &ThroughputCompareReport{Variants: []SteerVariant{{Name: "vanilla"}, {Name: "dynamic", Loop: true}, {Name: "dynamic-noloop"}},
+		Points: []ComparePoint{
+			pt("vanilla", 150e3, 150e3, 6, 0), pt("vanilla", 300e3, 300e3, 4, 0),
+			// 150k: steered (1 of 3 off) at 1.2x CPU: not a backed-off point
+			pt("dynamic", 150e3, 149e3, 7.2, 1),
+			// 300k: backed off, 0.96x delivered, 1.04x CPU
+			pt("dynamic", 300e3, 288e3, 4.16, 2),
+			pt("dynamic-noloop", 300e3, 200e3, 9, 0),
+		}}
+	gs := r.loopGoals()
+	if len(gs) != 2 {
+		t.Fatalf("goals %+v: want delivered and CPU for the loop variant only", gs)
+	}
+	if gs[0].Met || !strings.Contains(gs[0].Detail, "0.960x (1 flow(s) at 300 kpps)") {
+		t.Errorf("delivered goal %+v: want not met at 300 kpps", gs[0])
+	}
+	if !gs[1].Met || !strings.Contains(gs[1].Detail, "1.04x") || !strings.Contains(gs[1].Detail, "1 points backed off") {
+		t.Errorf("CPU goal %+v: want met, 1.04x over the one backed-off point", gs[1])
+	}
+}

@@ -25,8 +25,12 @@ type SteerVariant struct {
 	Enable func(ctx context.Context, tb testbed.Config) (disable func() error, err error) `json:"-"`
 	// Describe, when set, is called after each run, before disable: a
 	// line on what the variant did (the closed loop's placement and
-	// decisions), kept with the run.
-	Describe func() string `json:"-"`
+	// decisions), kept with the run, and whether its closed loop held
+	// the unsteered path (backed off).
+	Describe func() (note string, backedOff bool) `json:"-"`
+	// Loop marks a variant that runs the closed loop (issue 19's goals
+	// apply to it).
+	Loop bool `json:"loop,omitempty"`
 }
 
 // ThroughputCompareOptions configures the vanilla vs steering sweep.
@@ -87,8 +91,10 @@ type ComparePoint struct {
 	ProbeP99Us   bench.Spread     `json:"probe_p99_us"`
 	ProbeLossPct bench.Spread     `json:"probe_loss_pct"`
 	CPUs         []bench.CPUUsage `json:"cpus"` // middle repetition
-	// Notes are the variant's Describe lines, one per repetition.
-	Notes []string `json:"notes,omitempty"`
+	// Notes are the variant's Describe lines, one per repetition;
+	// BackedOff counts the repetitions its closed loop ended off.
+	Notes     []string `json:"notes,omitempty"`
+	BackedOff int      `json:"backed_off,omitempty"`
 }
 
 // CompareGoal is one of issue 6's goals evaluated on the run's medians.
@@ -132,6 +138,7 @@ func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *Th
 		sent, got, cpp, p99, loss []float64
 		cpus                      [][]bench.CPUUsage
 		notes                     []string
+		off                       int
 	}
 	for _, flows := range o.FlowCounts {
 		for ri, rate := range o.Rates {
@@ -139,7 +146,7 @@ func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *Th
 			for r := 0; r < o.Reps; r++ {
 				for vi, v := range o.Variants {
 					bench.Progressf(o.Progress, "%d flow(s), offered %.0f kpps (%d/%d), rep %d/%d: %s", flows, rate/1e3, ri+1, len(o.Rates), r+1, o.Reps, v.Name)
-					res, note, err := runVariantPoint(ctx, tb, o, v, rate, flows)
+					res, note, off, err := runVariantPoint(ctx, tb, o, v, rate, flows)
 					if err != nil {
 						return rep, fmt.Errorf("%s, %d flows, %.0f pps, rep %d: %w", v.Name, flows, rate, r+1, err)
 					}
@@ -156,12 +163,15 @@ func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *Th
 					if note != "" {
 						a.notes = append(a.notes, note)
 					}
+					if off {
+						a.off++
+					}
 					bench.Progressf(o.Progress, "        sent %.0f kpps, delivered %.0f kpps, probe p99 %.0f us %s", res.sent/1e3, res.delivered/1e3, res.p99, note)
 				}
 			}
 			for vi, v := range o.Variants {
 				a := acc[vi]
-				pt := ComparePoint{Variant: v.Name, Flows: flows, OfferedPPS: rate, Notes: a.notes}
+				pt := ComparePoint{Variant: v.Name, Flows: flows, OfferedPPS: rate, Notes: a.notes, BackedOff: a.off}
 				pt.SentPPS, pt.DeliveredPPS, pt.CPUPerPacketUs = bench.SpreadOf(a.sent), bench.SpreadOf(a.got), bench.SpreadOf(a.cpp)
 				pt.ProbeP99Us, pt.ProbeLossPct = bench.SpreadOf(a.p99), bench.SpreadOf(a.loss)
 				pt.CPUs = a.cpus[len(a.cpus)/2]
@@ -180,11 +190,11 @@ func ThroughputCompare(ctx context.Context, o ThroughputCompareOptions) (rep *Th
 }
 
 // runVariantPoint enables v, runs one repetition and disables v.
-func runVariantPoint(ctx context.Context, tb testbed.Config, o ThroughputCompareOptions, v SteerVariant, rate float64, flows int) (res compareResult, note string, err error) {
+func runVariantPoint(ctx context.Context, tb testbed.Config, o ThroughputCompareOptions, v SteerVariant, rate float64, flows int) (res compareResult, note string, off bool, err error) {
 	if v.Enable != nil {
 		disable, err := v.Enable(ctx, tb)
 		if err != nil {
-			return res, "", fmt.Errorf("enable %s: %w", v.Name, err)
+			return res, "", false, fmt.Errorf("enable %s: %w", v.Name, err)
 		}
 		defer func() {
 			if derr := disable(); derr != nil {
@@ -194,9 +204,9 @@ func runVariantPoint(ctx context.Context, tb testbed.Config, o ThroughputCompare
 	}
 	res, err = runComparePoint(ctx, tb, o, rate, flows)
 	if err == nil && v.Describe != nil {
-		note = v.Describe()
+		note, off = v.Describe()
 	}
-	return res, note, err
+	return res, note, off, err
 }
 
 type compareResult struct {
@@ -391,6 +401,49 @@ func (r *ThroughputCompareReport) evaluate() []CompareGoal {
 		}
 		goals = append(goals, CompareGoal{Goal: fmt.Sprintf("CPU per packet with %s at most 1.15x vanilla's", name),
 			Met: worst <= 1.15, Detail: fmt.Sprintf("worst %.2fx (%s)", worst, at)})
+	}
+	return append(goals, r.loopGoals()...)
+}
+
+// loopGoals are issue 19's: with the closed loop, every steering
+// variant's median delivered rate is at least 0.97x vanilla's at every
+// point, and its CPU per packet at most 1.05x vanilla's where the loop
+// backed off (the majority of the point's repetitions ended off).
+func (r *ThroughputCompareReport) loopGoals() []CompareGoal {
+	var goals []CompareGoal
+	for _, v := range r.Variants {
+		if !v.Loop {
+			continue
+		}
+		worstD, atD, worstC, atC, offPts := math.Inf(1), "", 0.0, "", 0
+		for _, p := range r.Points {
+			if p.Variant != v.Name {
+				continue
+			}
+			van, ok := r.point(r.Variants[0].Name, p.Flows, p.OfferedPPS)
+			if !ok || van.DeliveredPPS.Median <= 0 {
+				continue
+			}
+			at := fmt.Sprintf("%d flow(s) at %.0f kpps", p.Flows, p.OfferedPPS/1e3)
+			if q := p.DeliveredPPS.Median / van.DeliveredPPS.Median; q < worstD {
+				worstD, atD = q, at
+			}
+			if 2*p.BackedOff > len(p.Notes) && van.CPUPerPacketUs.Median > 0 && p.CPUPerPacketUs.Median > 0 {
+				offPts++
+				if q := p.CPUPerPacketUs.Median / van.CPUPerPacketUs.Median; q > worstC {
+					worstC, atC = q, at
+				}
+			}
+		}
+		if math.IsInf(worstD, 1) {
+			continue
+		}
+		goals = append(goals, CompareGoal{Goal: fmt.Sprintf("closed loop (%s): delivered at least 0.97x vanilla's at every point", v.Name),
+			Met: worstD >= 0.97, Detail: fmt.Sprintf("worst %.3fx (%s)", worstD, atD)})
+		if offPts > 0 {
+			goals = append(goals, CompareGoal{Goal: fmt.Sprintf("closed loop (%s): CPU per packet at most 1.05x vanilla's where it backed off", v.Name),
+				Met: worstC <= 1.05, Detail: fmt.Sprintf("worst %.2fx (%s; %d points backed off)", worstC, atC, offPts)})
+		}
 	}
 	return goals
 }
