@@ -252,6 +252,9 @@ type Model struct {
 	backlogName string
 	stages      []*stage
 	sdel        [][2]*delayStat // [stage idx, len(stages) = socket][lane]
+	// completed and dropped count every packet since the start, warm-up
+	// included (the closed loop's windows read them).
+	completed, dropped int64
 }
 
 func fnv32(s string) uint32 {
@@ -591,6 +594,7 @@ func (m *Model) release(p *packet) {
 }
 
 func (m *Model) drop(p *packet, where string) {
+	m.dropped++
 	if p.born >= m.warm {
 		p.flow.st.dropped++
 		p.flow.st.dropsAt[where]++
@@ -607,6 +611,7 @@ func (m *Model) complete(p *packet) {
 	now := m.sim.Now()
 	f := p.flow
 	st := f.st
+	m.completed++
 	if p.born >= m.warm {
 		st.delivered++
 		lat := now - p.born
@@ -1183,6 +1188,18 @@ func (c *cpu) busy() int64 {
 	for l := range c.slots {
 		if c.slots[l].running {
 			b += c.now() - c.slots[l].start
+		}
+	}
+	return b
+}
+
+// appBusy is the CPU time applications used so far, counting a running
+// chunk (the closed loop's spare-CPU test reads it).
+func (c *cpu) appBusy() int64 {
+	b := c.acct[kApp]
+	for l := range c.slots {
+		if s := &c.slots[l]; s.running && s.kind == kApp {
+			b += c.now() - s.start
 		}
 	}
 	return b

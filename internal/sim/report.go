@@ -44,6 +44,9 @@ func WriteTable(w io.Writer, r *Result) {
 	if r.FalconOn != nil {
 		fmt.Fprintf(w, "\nfalcon enabled %.1f%% of the window\n", 100**r.FalconOn)
 	}
+	if r.Loop != nil {
+		fmt.Fprintln(w, r.Loop)
+	}
 	fmt.Fprintf(w, "\nLittle's law: L=%.3f  lambda*W=%.3f  (rel err %.2g)\n", r.Little.L, r.Little.Lambda*r.Little.W/1e6, r.Little.RelErr)
 	if len(r.PollTrace) > 0 {
 		fmt.Fprintln(w, "\npoll order:")

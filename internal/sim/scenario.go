@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/rxlane/rxlane/internal/falcon"
 	"gopkg.in/yaml.v3"
 )
 
@@ -84,6 +86,56 @@ type Steering struct {
 	Threshold  float64 `yaml:"threshold" json:"threshold"`
 	WindowUs   float64 `yaml:"window_us" json:"window_us"`
 	Static     bool    `yaml:"static" json:"static"`
+	// Loop runs internal/falcon's closed loop around FALCON (falcon
+	// mode only; nil: no loop).
+	Loop *LoopSpec `yaml:"loop" json:"loop,omitempty"`
+}
+
+// LoopSpec is the closed loop's pace and margins in simulated time (the
+// fields of falcon.LoopConfig, in microseconds) and the simulator's
+// spare-CPU test. `loop: true` (or `{}`) takes every default (see
+// normalize): the datapath's (DefaultLoopConfig: 500 ms windows) scaled
+// by 1/100, so that a run of a simulated second or two holds the loop's
+// first decision and its later trials at their slowest pace.
+type LoopSpec struct {
+	WindowUs      float64 `yaml:"window_us" json:"window_us"`
+	SettleUs      float64 `yaml:"settle_us" json:"settle_us"`
+	IntervalUs    float64 `yaml:"interval_us" json:"interval_us"`
+	MaxIntervalUs float64 `yaml:"max_interval_us" json:"max_interval_us"`
+	MinDwellUs    float64 `yaml:"min_dwell_us" json:"min_dwell_us"`
+	NoiseFloor    float64 `yaml:"noise_floor" json:"noise_floor"`
+	Confirm       int     `yaml:"confirm" json:"confirm"`
+	MinRatePps    float64 `yaml:"min_rate_pps" json:"min_rate_pps"`
+	LoadChange    float64 `yaml:"load_change" json:"load_change"`
+	// AppBusy is the share of a window a CPU spends in applications
+	// (non-softirq work: the sink, a modelled generator) above which it
+	// is not a spare CPU for steering.
+	AppBusy float64 `yaml:"app_busy" json:"app_busy"`
+	// Start is the placement the loop holds first: off (the datapath's
+	// start) or steered.
+	Start string `yaml:"start" json:"start"`
+	// off is set by `loop: false`.
+	off bool
+}
+
+// UnmarshalYAML accepts true (the defaults), false (no loop) or the
+// mapping.
+func (l *LoopSpec) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		on, err := strconv.ParseBool(n.Value)
+		if err != nil {
+			return fmt.Errorf("line %d: loop %q is not true, false or a mapping", n.Line, n.Value)
+		}
+		*l = LoopSpec{off: !on}
+		return nil
+	}
+	type plain LoopSpec
+	var p plain
+	if err := decodeStrict(n, &p); err != nil {
+		return err
+	}
+	*l = LoopSpec(p)
+	return nil
 }
 
 // ANP reserves CPUs for the receive stack; apps run on the rest.
@@ -453,6 +505,9 @@ func (s *Scenario) normalizeSteering() error {
 	if st.Mode == "" {
 		st.Mode = "none"
 	}
+	if st.Loop != nil && st.Loop.off {
+		st.Loop = nil
+	}
 	switch st.Mode {
 	case "none":
 	case "rps":
@@ -488,10 +543,100 @@ func (s *Scenario) normalizeSteering() error {
 		if st.WindowUs < 0 {
 			return fmt.Errorf("steering.window_us: must be > 0")
 		}
+		if st.Loop != nil {
+			if err := st.Loop.normalize(); err != nil {
+				return err
+			}
+		}
 	default:
 		return fmt.Errorf("steering.mode: %q is not one of none, rps, falcon", st.Mode)
 	}
+	if st.Loop != nil && st.Mode != "falcon" {
+		return fmt.Errorf("steering.loop: only with mode falcon")
+	}
 	return nil
+}
+
+// loopTimeScale divides the datapath loop's times for the model's
+// defaults.
+const loopTimeScale = 100
+
+// loopSettleUs is the model's default settle time. It is not the
+// datapath's 100 ms scaled (1 ms): it must cover the time the model's
+// queues take to drain or refill after a switch (a netdev_max_backlog
+// of 1000 packets at a few hundred kpps of excess: a few ms). With less,
+// a window of an overloaded placement measured right after a trial of
+// the other still runs on the queues the trial emptied and delivers up
+// to twice its steady rate, and the loop never judges (unsteady): Fig.
+// 10's single flow on 16 calibrated cores at 799 kpps, started off, was
+// still unsteady with 2 ms; 5 ms is enough there.
+const loopSettleUs = 5000
+
+// loopNoiseFloor is the model's default noise floor, above the
+// datapath's 3%: a 5 ms window at 100 kpps counts ~500 packets, whose
+// Poisson noise alone is ~4.5% per window (the datapath's 500 ms windows
+// count 100 times more). With 3%, two windows of placements that both
+// deliver the whole offered load differ by more than the margin often
+// enough that the loop, Confirm trials in a row, switches on a tie; 10%
+// is about 2 standard deviations of the difference of two such windows.
+const loopNoiseFloor = 0.10
+
+// normalize fills the loop's defaults: the datapath's
+// falcon.DefaultLoopConfig with every time divided by loopTimeScale
+// (5 ms windows, trials every 50 ms doubling up to 800 ms, 50 ms dwell
+// after a switch), except the settle time (loopSettleUs) and the noise
+// floor (loopNoiseFloor); the same confirmations, minimum rate and load
+// change. A CPU more than half busy with applications is not spare.
+func (l *LoopSpec) normalize() error {
+	d := falcon.DefaultLoopConfig()
+	us := func(v *float64, def time.Duration) {
+		if *v == 0 {
+			*v = float64(def/loopTimeScale) / 1e3
+		}
+	}
+	us(&l.WindowUs, d.Window)
+	if l.SettleUs == 0 {
+		l.SettleUs = loopSettleUs
+	}
+	us(&l.IntervalUs, d.Interval)
+	us(&l.MaxIntervalUs, d.MaxInterval)
+	us(&l.MinDwellUs, d.MinDwell)
+	if l.NoiseFloor == 0 {
+		l.NoiseFloor = loopNoiseFloor
+	}
+	if l.Confirm == 0 {
+		l.Confirm = d.Confirm
+	}
+	if l.MinRatePps == 0 {
+		l.MinRatePps = d.MinRate
+	}
+	if l.LoadChange == 0 {
+		l.LoadChange = d.LoadChange
+	}
+	if l.AppBusy == 0 {
+		l.AppBusy = 0.5
+	}
+	if l.Start == "" {
+		l.Start = "off"
+	}
+	if l.Start != "off" && l.Start != "steered" {
+		return fmt.Errorf("steering.loop.start: %q is not off or steered", l.Start)
+	}
+	if l.AppBusy < 0 || l.AppBusy > 1 || l.MinRatePps < 0 || l.LoadChange < 0 || l.MinDwellUs < 0 {
+		return fmt.Errorf("steering.loop: app_busy must be in [0, 1]; min_rate_pps, load_change, min_dwell_us >= 0")
+	}
+	if err := l.config().Validate(); err != nil {
+		return fmt.Errorf("steering.loop: %v", err)
+	}
+	return nil
+}
+
+// config is the controller's configuration.
+func (l *LoopSpec) config() falcon.LoopConfig {
+	d := func(us float64) time.Duration { return time.Duration(us * 1e3) }
+	return falcon.LoopConfig{Window: d(l.WindowUs), Settle: d(l.SettleUs), Interval: d(l.IntervalUs),
+		MaxInterval: d(l.MaxIntervalUs), MinDwell: d(l.MinDwellUs), NoiseFloor: l.NoiseFloor,
+		Confirm: l.Confirm, MinRate: l.MinRatePps, LoadChange: l.LoadChange}
 }
 
 // normalizeStages validates the stages and returns their names.

@@ -66,6 +66,7 @@ type Result struct {
 	StageDel  []StageDelay  `json:"stage_delay"`
 	Little    LittleResult  `json:"littles_law"`
 	FalconOn  *float64      `json:"falcon_enabled_fraction,omitempty"`
+	Loop      *LoopResult   `json:"falcon_loop,omitempty"`
 	PollTrace []PollRecord  `json:"poll_trace,omitempty"`
 }
 
@@ -237,6 +238,9 @@ func (m *Model) result() *Result {
 		r.Little.RelErr = math.Abs(L-lam*W) / L
 	}
 	r.FalconOn = m.steer.enabledFraction()
+	if f, ok := m.steer.(*falconSteering); ok {
+		r.Loop = f.loopResult()
+	}
 	return r
 }
 

@@ -25,7 +25,7 @@ func newSteering(m *Model) steering {
 	case "rps":
 		return newRPS(m, st.RPSCPUs)
 	case "falcon":
-		return &falconSteering{m: m, spec: st, cpus: st.FalconCPUs, loads: make([]float64, len(st.FalconCPUs)), off: newRPS(m, st.RPSCPUs)}
+		return newFalcon(m, st)
 	}
 	return noSteering{}
 }
@@ -66,31 +66,51 @@ func (r *rps) enabledFraction() *float64 { return nil }
 // the threshold (sampled every window_us), every stage, split halves
 // included, goes to the backlog of the CPU internal/falcon's rule picks;
 // above it, stages go where RPS (off, possibly with an empty map) sends
-// them.
+// them. With steering.loop, the closed loop (loop.go) decides whether
+// FALCON runs at all: in its off placement every stage goes where RPS
+// sends it, whatever the load.
 type falconSteering struct {
 	m     *Model
 	spec  *Steering // read at each choice: tests change Static in place
 	cpus  []int     // FALCON_CPUS
 	loads []float64 // the rule's input, per position of cpus
 	off   *rps
+	loop  *loopDriver // nil: no closed loop
 
-	on            bool
-	onTime, lastT int64 // time on within the window, up to lastT
+	on     bool
+	onTime timeIn // time steering within the window
+}
+
+func newFalcon(m *Model, st *Steering) *falconSteering {
+	f := &falconSteering{m: m, spec: st, cpus: st.FalconCPUs, loads: make([]float64, len(st.FalconCPUs)), off: newRPS(m, st.RPSCPUs)}
+	if st.Loop != nil {
+		f.loop = newLoopDriver(m, f)
+	}
+	return f
 }
 
 func (f *falconSteering) start() {
 	f.on = true
 	f.m.sim.Schedule(ns(f.spec.WindowUs*1000), f.tick)
+	if f.loop != nil {
+		f.loop.begin()
+	}
+}
+
+// steering reports whether FALCON steers now: on by the average load,
+// and placed by the loop (if any).
+func (f *falconSteering) steering() bool {
+	return f.on && (f.loop == nil || f.loop.place == falcon.PlaceSteered)
 }
 
 func (f *falconSteering) target(p *packet, st *stage) *napi {
-	if f.on {
+	if f.steering() {
 		return f.m.cpus[f.choose(p.hash, st.id)].backlog
 	}
 	return f.off.target(p, st)
 }
 
-func (f *falconSteering) steersSplit() bool { return f.on }
+func (f *falconSteering) steersSplit() bool { return f.steering() }
 
 // choose is the CPU for the stage with device ifindex of the flow with
 // hash h, by the paper's literal rehash (no ExcludeFirst).
@@ -116,25 +136,26 @@ func (f *falconSteering) tick() {
 		sum += c.load
 	}
 	lavg := sum / float64(len(m.cpus))
-	now := m.sim.Now()
-	f.countOn(now)
+	f.count(m.sim.Now())
 	f.on = lavg < f.spec.Threshold
 	m.sim.Schedule(w, f.tick)
 }
 
-// countOn adds the time since the last count, within the window, if on.
-func (f *falconSteering) countOn(now int64) {
-	if f.on && now > f.m.warm {
-		f.onTime += now - max(f.lastT, f.m.warm)
-	}
-	f.lastT = now
-}
+// count adds the time since the last count, within the window, if
+// steering; it is called before anything steering() reads changes.
+func (f *falconSteering) count(now int64) { f.onTime.add(f.m, now, f.steering()) }
 
 func (f *falconSteering) enabledFraction() *float64 {
 	m := f.m
-	if f.on {
-		f.onTime += m.end - max(f.lastT, m.warm)
-	}
-	v := float64(f.onTime) / float64(m.end-m.warm)
+	f.count(m.end)
+	v := float64(f.onTime.sum) / float64(m.end-m.warm)
 	return &v
+}
+
+// loopResult is the closed loop's result (nil: no loop).
+func (f *falconSteering) loopResult() *LoopResult {
+	if f.loop == nil {
+		return nil
+	}
+	return f.loop.result()
 }

@@ -263,6 +263,10 @@ func FalconCores(scenDir, dir string, log io.Writer, extra ...string) error {
 			}
 			md.WriteString("\n")
 		}
+		// ---- the closed loop on Fig. 10's single flow ----
+		if err := st.loopSection(&md, singles[mi]); err != nil {
+			return err
+		}
 		// ---- Fig. 14: multi-container, busy system ----
 		fmt.Fprintf(&md, "\n### Fig. 14: containers (one flow each) on N receive cores, RSS vs FALCON (threshold 0.85)\n\nOffered load in units of the N cores' vanilla capacity (measured CPU time per packet); containers per core 1, 1.67, 3.33, 6.67 as the paper's 6, 10, 20, 40 on 6 cores. Delivered kpps vanilla / FALCON (gain), average busy %% vanilla / FALCON, FALCON on %% of the time.\n\n| cores |")
 		for _, l := range fig14Levels {
@@ -361,6 +365,9 @@ func FalconCores(scenDir, dir string, log io.Writer, extra ...string) error {
 			fmt.Fprintf(&md, " %d cores %.2f us;", n, cpp[n]*1e6)
 		}
 		md.WriteString(")\n\n")
+	}
+	if err := loopVMSection(&md, scenDir, extra); err != nil {
+		return err
 	}
 	if err := plotFalconCores(models, singles, multis, fig16, dir); err != nil {
 		return err
