@@ -134,7 +134,7 @@ func (c LoopConfig) Validate() error {
 // Decision is the outcome of one trial (or of a check that prevented
 // one), for the counters and the log.
 type Decision struct {
-	At        time.Duration `json:"at_s"` // loop time
+	At        time.Duration `json:"at_ns"` // loop time (nanoseconds)
 	From      Placement     `json:"-"`
 	To        Placement     `json:"-"`
 	FromName  string        `json:"from"`
