@@ -16,7 +16,17 @@ const UserHZ = 100
 // ParseStat returns each CPU's idle time (idle + iowait columns) from the
 // text of /proc/stat, by CPU number.
 func ParseStat(b []byte) (map[int]time.Duration, error) {
-	out := map[int]time.Duration{}
+	idle, _, err := parseCPUTimes(b)
+	return idle, err
+}
+
+// parseCPUTimes returns each CPU's idle time (idle + iowait columns) and
+// task time (user + nice + system) from the text of /proc/stat, by CPU
+// number. Task time is sampled at the tick, which runs whenever a task
+// does, so it is accurate where idle time (tickless) needs the wall
+// clock.
+func parseCPUTimes(b []byte) (idle, task map[int]time.Duration, err error) {
+	idle, task = map[int]time.Duration{}, map[int]time.Duration{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -25,25 +35,22 @@ func ParseStat(b []byte) (map[int]time.Duration, error) {
 		}
 		cpu, err := strconv.Atoi(f[0][3:])
 		if err != nil {
-			return nil, fmt.Errorf("parse /proc/stat line %q: %w", f[0], err)
+			return nil, nil, fmt.Errorf("parse /proc/stat line %q: %w", f[0], err)
 		}
-		var idle uint64
-		for _, col := range []int{4, 5} { // idle, iowait
-			if col >= len(f) {
-				continue
+		var col [6]uint64 // user, nice, system, idle, iowait (may be absent)
+		for i := 1; i < len(col) && i < len(f); i++ {
+			if col[i], err = strconv.ParseUint(f[i], 10, 64); err != nil {
+				return nil, nil, fmt.Errorf("parse /proc/stat %s column %d: %w", f[0], i, err)
 			}
-			v, err := strconv.ParseUint(f[col], 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("parse /proc/stat %s column %d: %w", f[0], col, err)
-			}
-			idle += v
 		}
-		out[cpu] = time.Duration(idle) * time.Second / UserHZ
+		tick := time.Second / UserHZ
+		task[cpu] = time.Duration(col[1]+col[2]+col[3]) * tick
+		idle[cpu] = time.Duration(col[4]+col[5]) * tick
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("parse /proc/stat: no per-CPU lines")
+	if len(idle) == 0 {
+		return nil, nil, fmt.Errorf("parse /proc/stat: no per-CPU lines")
 	}
-	return out, sc.Err()
+	return idle, task, sc.Err()
 }
 
 // Sampler measures per-CPU load as 1 - delta idle / delta wall-clock.

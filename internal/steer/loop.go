@@ -1,8 +1,6 @@
 package steer
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -399,10 +397,7 @@ func endpointNetns(st *State) []string {
 	return out
 }
 
-// readCPUTimes returns each CPU's idle (idle + iowait) and task (user +
-// nice + system) time from /proc/stat. Task time is sampled at the tick,
-// which runs whenever a task does, so it is accurate where idle time
-// (tickless) needs the wall clock.
+// readCPUTimes reads each CPU's idle and task time (parseCPUTimes).
 func readCPUTimes(path string) (idle, task map[int]time.Duration, err error) {
 	if path == "" {
 		path = "/proc/stat"
@@ -411,28 +406,7 @@ func readCPUTimes(path string) (idle, task map[int]time.Duration, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read cpu times: %w", err)
 	}
-	idle, task = map[int]time.Duration{}, map[int]time.Duration{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
-			continue
-		}
-		cpu, err := strconv.Atoi(f[0][3:])
-		if err != nil {
-			return nil, nil, fmt.Errorf("parse %s: cpu %q", path, f[0])
-		}
-		var col [6]uint64
-		for i := 1; i <= 5; i++ {
-			if col[i], err = strconv.ParseUint(f[i], 10, 64); err != nil {
-				return nil, nil, fmt.Errorf("parse %s: %s column %d: %w", path, f[0], i, err)
-			}
-		}
-		tick := time.Second / UserHZ
-		task[cpu] = time.Duration(col[1]+col[2]+col[3]) * tick
-		idle[cpu] = time.Duration(col[4]+col[5]) * tick
-	}
-	return idle, task, sc.Err()
+	return parseCPUTimes(b)
 }
 
 // readBacklogDrops sums /proc/net/softnet_stat's dropped column (backlog
