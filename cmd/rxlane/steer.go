@@ -6,8 +6,6 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -274,12 +272,7 @@ func printSteerStatus(w io.Writer, st steer.Status) error {
 		if !l.Spare {
 			fmt.Fprintf(tw, "spare CPU\tnone: %s\n", l.Busy)
 		}
-		var reasons []string
-		for r, n := range l.Decisions {
-			reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
-		}
-		slices.Sort(reasons)
-		fmt.Fprintf(tw, "decisions\t%s\n", strings.Join(reasons, ", "))
+		fmt.Fprintf(tw, "decisions\t%s\n", l.DecisionSummary())
 		if n := len(l.Last); n > 0 {
 			d := l.Last[n-1]
 			fmt.Fprintf(tw, "last decision\t%s -> %s: %s (%s) at %.0f s of loop time\n", d.FromName, d.ToName, d.Reason, d.Detail, d.At.Seconds())

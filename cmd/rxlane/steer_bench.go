@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -206,12 +205,7 @@ func steerBenchVariant(detail string, o steer.Options, loop steer.LoopOptions, l
 // describeLoop is one line on the loop's run: placement, switches, the
 // decisions by reason.
 func describeLoop(ls *steer.LoopStatus) string {
-	var reasons []string
-	for r, n := range ls.Decisions {
-		reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
-	}
-	slices.Sort(reasons)
-	s := fmt.Sprintf("(loop: %s, %d switches; %s", ls.Placement, ls.Switches, strings.Join(reasons, ", "))
+	s := fmt.Sprintf("(loop: %s, %d switches; %s", ls.Placement, ls.Switches, ls.DecisionSummary())
 	if !ls.Spare && ls.Busy != "" {
 		s += "; no spare CPU: " + ls.Busy
 	}

@@ -2,6 +2,7 @@ package steer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -68,6 +69,17 @@ type LoopStatus struct {
 	Spare   bool   `json:"spare"`
 	Busy    string `json:"busy,omitempty"`
 	Updated string `json:"updated"`
+}
+
+// DecisionSummary is the decisions' counts, "reason n" sorted by reason
+// and joined by commas.
+func (ls *LoopStatus) DecisionSummary() string {
+	var out []string
+	for r, n := range ls.Decisions {
+		out = append(out, fmt.Sprintf("%s %d", r, n))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // loopFile is the loop's status file of a state file.
@@ -153,16 +165,9 @@ func (f *Follow) Run(ctx context.Context) error {
 	if loop.Placement() != loop.Current() {
 		fl.Off = loop.Current() == falcon.PlaceOff
 		_, _, serr := fl.publish()
-		err = joinErr(err, serr)
+		err = errors.Join(err, serr)
 	}
 	return err
-}
-
-func joinErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // tick calls fn every Interval until ctx ends, or until the state file
@@ -261,7 +266,7 @@ func (lr *loopRun) journal(d *falcon.Decision) error {
 		return err
 	}
 	err = l.Intent(kindPlacement, placementIntent{Placement: d.ToName, Reason: d.Reason, Detail: d.Detail})
-	return joinErr(err, l.Close())
+	return errors.Join(err, l.Close())
 }
 
 func (lr *loopRun) save(d *falcon.Decision) {
