@@ -142,13 +142,21 @@ static __always_inline bool flow_hash(void *ctx, bool xdp, __u32 encap, __u32 *o
 }
 
 /* rps_hash returns a non-zero hash for which RPS over n CPUs picks map
- * position idx and whose offset in that position's range carries the
- * packet number seq: ceil(idx * 2^32 / n) + 1 + seq (16 bits; a range is
- * at least 2^26 wide for n <= 64). Go: RPSHash. */
-static __always_inline __u32 rps_hash(__u32 idx, __u32 n, __u32 seq)
+ * position idx, whose low 3 bits are the flow's (fh & 7) and which carries
+ * the packet number seq (16 bits) above them: base + (seq << 3) + (fh & 7),
+ * base the first multiple of 8 above ceil(idx * 2^32 / n) (a range is at
+ * least 2^26 wide for n <= 64, the largest offset under 2^20).
+ *
+ * The low bits must not change within a flow: GRO picks a packet's bucket
+ * by them (hash & (GRO_HASH_BUCKETS - 1)) and flushes its buckets in index
+ * order, so with the number in the low bits the gro_cells after the entry
+ * held a flow's TCP segments in different buckets and could hand a later
+ * one up first. Go: RPSHash. */
+static __always_inline __u32 rps_hash(__u32 idx, __u32 n, __u32 seq, __u32 fh)
 {
 	__u64 lo = (((__u64)idx << 32) + n - 1) / n;
-	return (__u32)(lo + 1 + (seq & 0xffff));
+	__u64 base = (lo + 8) & ~7ULL;
+	return (__u32)(base + ((__u64)(seq & 0xffff) << 3) + (fh & 7));
 }
 
 /* hash_seq is the packet number rps_hash put in hash. Go: HashSeq. */
@@ -156,7 +164,8 @@ static __always_inline __u32 hash_seq(__u32 hash, __u32 n)
 {
 	__u32 idx = (__u32)(((__u64)hash * n) >> 32);
 	__u64 lo = (((__u64)idx << 32) + n - 1) / n;
-	return (__u32)(hash - lo - 1) & 0xffff;
+	__u64 base = (lo + 8) & ~7ULL;
+	return (__u32)((hash - base) >> 3) & 0xffff;
 }
 
 static __always_inline __u32 segs_of(struct __sk_buff *skb)
@@ -217,6 +226,8 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
 	struct steer_dev *dev = bpf_map_lookup_elem(&steer_devs, &devkey);
 
+	if (cfg && (cfg->flags & STEER_F_PARKED))
+		return TC_ACT_UNSPEC; /* the node's own path, untouched */
 	if (!cfg || !dev || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS) {
 		count(S_NO_DEV);
 		return TC_ACT_UNSPEC;
@@ -384,7 +395,7 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	__u32 wh = 0;
 	if (use != STEER_DIRECT) {
 		use -= 1;
-		wh = rps_hash(use, n, last);
+		wh = rps_hash(use, n, last, fh);
 	} else if (g) {
 		__sync_fetch_and_add(&g->direct_in, segs);
 	}
@@ -447,6 +458,11 @@ int steer_done(struct __sk_buff *skb)
 	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
 	if (!cfg || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS)
 		return TC_ACT_UNSPEC;
+	if (cfg->flags & STEER_F_PARKED) {
+		/* no guard to keep: only the loop's delivery count */
+		count(S_DONE);
+		return TC_ACT_UNSPEC;
+	}
 	struct inner_keys keys = {};
 	__u32 fh = 0;
 	if (!flow_hash(skb, false, 0, &fh, &keys))
@@ -477,7 +493,8 @@ int steer_xdp(struct xdp_md *ctx)
 {
 	__u32 zero = 0;
 	struct steer_cfg *cfg = bpf_map_lookup_elem(&steer_config, &zero);
-	if (!cfg || cfg->n_first == 0 || cfg->n_first > STEER_MAX_CPUS || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS)
+	if (!cfg || cfg->n_first == 0 || cfg->n_first > STEER_MAX_CPUS || cfg->n_cpus == 0 || cfg->n_cpus > STEER_MAX_CPUS ||
+	    (cfg->flags & STEER_F_PARKED))
 		return XDP_PASS;
 	__u32 fh = 0;
 	struct inner_keys keys = {};

@@ -21,6 +21,11 @@
 /* Go: flagLocal. The entry sends a packet direct when every stage it
  * steers would run on the CPU it is on (no RPS-to-self hops). */
 #define STEER_F_LOCAL (1U << 5)
+/* Go: flagParked. The closed loop parked the datapath: steering stays off
+ * for good, so every program returns at once and the kernel's own path
+ * (its hash, the devices' own rps_cpus) runs; the done hook only counts
+ * deliveries for the loop's windows. */
+#define STEER_F_PARKED (1U << 6)
 
 #define STEER_MAP_TYPE_CPUMAP 16  /* BPF_MAP_TYPE_CPUMAP */
 #define STEER_META_MAGIC 0x52584c31U /* "RXL1": XDP metadata, packet saw steer_xdp */

@@ -178,6 +178,9 @@ type State struct {
 	// Placement is the closed loop's last switch for good ("off" or
 	// "steered"; empty: no loop switched), as journaled before it.
 	Placement string `json:"placement,omitempty"`
+	// Parked: the loop parked the datapath while off (park.go): the
+	// node's own rps_cpus and no XDP, the programs returning at once.
+	Parked bool `json:"parked,omitempty"`
 	// Interrupted: the enable that wrote the journal did not complete
 	// (killed half way); the state lists every change it may have made,
 	// for disable.

@@ -75,20 +75,35 @@ func Choose(in ChoiceInput) (int, Reason) {
 }
 
 // RPSHash returns the non-zero hash that makes RPS, with n CPUs in its map,
-// pick map position idx (the kernel takes map[(hash * n) >> 32]) and that
-// carries the packet number seq (16 bits) for the in-flight guard:
-// ceil(idx * 2^32 / n) + 1 + seq. n must be at most MaxCPUs.
-func RPSHash(idx, n int, seq uint32) uint32 {
-	lo := (uint64(idx)<<32 + uint64(n) - 1) / uint64(n)
-	return uint32(lo + 1 + uint64(seq&0xffff))
+// pick map position idx (the kernel takes map[(hash * n) >> 32]), whose
+// low 3 bits are flow's (flow & 7) and that carries the packet number seq
+// (16 bits) above them for the in-flight guard: base + seq<<3 + flow&7,
+// base the first multiple of 8 above ceil(idx * 2^32 / n). n must be at
+// most MaxCPUs.
+//
+// The low bits stay the flow's because GRO buckets a packet by them
+// (GROBucket) and flushes buckets in index order: a number there put a
+// flow's TCP segments in different buckets of the gro_cells after the
+// entry, and a later segment could leave before an earlier one.
+func RPSHash(idx, n int, seq, flow uint32) uint32 {
+	return uint32(rpsBase(idx, n) + uint64(seq&0xffff)<<3 + uint64(flow&7))
 }
 
 // HashSeq is the packet number RPSHash put in hash.
 func HashSeq(hash uint32, n int) uint32 {
-	idx := uint64(RPSIndex(hash, n))
-	lo := (idx<<32 + uint64(n) - 1) / uint64(n)
-	return uint32(uint64(hash)-lo-1) & 0xffff
+	return uint32((uint64(hash)-rpsBase(RPSIndex(hash, n), n))>>3) & 0xffff
 }
+
+// rpsBase is the first multiple of 8 above ceil(idx * 2^32 / n), the
+// lowest hash RPS maps to idx: never 0, so a written hash never is.
+func rpsBase(idx, n int) uint64 {
+	lo := (uint64(idx)<<32 + uint64(n) - 1) / uint64(n)
+	return (lo + 8) &^ 7
+}
+
+// GROBucket is the GRO hash bucket the kernel files a packet with hash
+// in (hash & (GRO_HASH_BUCKETS - 1), net/core/gro.c).
+func GROBucket(hash uint32) uint32 { return hash & 7 }
 
 // RPSIndex is the kernel's reciprocal_scale(hash, n): the map position RPS
 // picks for hash (get_rps_cpu).

@@ -85,7 +85,8 @@ func TestRPSHash(t *testing.T) {
 	for n := 1; n <= MaxCPUs; n++ {
 		for i := 0; i < n; i++ {
 			for _, seq := range []uint32{0, 1, 2, 0x7fff, 0xfffe, 0xffff, 0x10000, 0x12345} {
-				h := RPSHash(i, n, seq)
+				flow := seq*2654435761 + uint32(i)
+				h := RPSHash(i, n, seq, flow)
 				if h == 0 {
 					t.Fatalf("RPSHash(%d,%d,%d) = 0: RPS ignores a zero hash", i, n, seq)
 				}
@@ -94,6 +95,11 @@ func TestRPSHash(t *testing.T) {
 				}
 				if got := HashSeq(h, n); got != seq&0xffff {
 					t.Fatalf("HashSeq(RPSHash(%d,%d,%d)) = %d", i, n, seq, got)
+				}
+				// every packet of a flow in one GRO bucket, whatever its number
+				if GROBucket(h) != GROBucket(RPSHash(i, n, seq+1, flow)) || GROBucket(h) != flow&7 {
+					t.Fatalf("RPSHash(%d,%d,%d,%#x)=%#x: GRO bucket %d, next packet's %d, want the flow's %d",
+						i, n, seq, flow, h, GROBucket(h), GROBucket(RPSHash(i, n, seq+1, flow)), flow&7)
 				}
 			}
 		}

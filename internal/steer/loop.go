@@ -45,6 +45,9 @@ type LoopOptions struct {
 	// time: the application, the generator) from which the CPU is busy:
 	// a stage moved there would compete with them.
 	BusyTask float64
+	// NoPark keeps steering's unsteered path while off instead of
+	// parking the datapath (park.go): for comparisons.
+	NoPark bool
 }
 
 // DefaultLoopOptions are `steer enable --follow`'s defaults.
@@ -151,9 +154,13 @@ func (f *Follow) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lr := &loopRun{f: f, st: st, m: m, loop: loop, fl: fl}
+	lr := &loopRun{f: f, st: st, m: m, loop: loop, fl: fl, pk: &parking{stateFile: f.StateFile, st: st, m: m}}
+	defer lr.pk.close()
 	fl.Off = true // the loop starts off: the unsteered path never costs
 	if _, _, err := fl.Step(); err != nil {
+		return err
+	}
+	if err := lr.place(falcon.PlaceOff); err != nil {
 		return err
 	}
 	if lr.base, err = lr.measure(); err != nil {
@@ -163,11 +170,34 @@ func (f *Follow) Run(ctx context.Context) error {
 	err = f.tick(ctx, lr.step)
 	// Leave the loop's placement in force, not a trial's.
 	if loop.Placement() != loop.Current() {
-		fl.Off = loop.Current() == falcon.PlaceOff
-		_, _, serr := fl.publish()
-		err = errors.Join(err, serr)
+		err = errors.Join(err, lr.place(loop.Current()))
+	}
+	// A parked first stage is attached again (passing: steering stays
+	// off): its program lives only while attached or held, and the next
+	// follower needs it to try steering again.
+	if st.Parked && st.FirstStage != nil {
+		err = errors.Join(err, lr.pk.unpark())
 	}
 	return err
+}
+
+// place puts placement p in force: steered unparks (if parked) and turns
+// steering on through the guard; off turns it off and, unless NoPark,
+// parks the datapath once drained.
+func (lr *loopRun) place(p falcon.Placement) error {
+	if p == falcon.PlaceSteered && lr.st.Parked {
+		if err := lr.pk.unpark(); err != nil {
+			return err
+		}
+	}
+	lr.fl.Off = p == falcon.PlaceOff
+	if _, _, err := lr.fl.publish(); err != nil {
+		return err
+	}
+	if p == falcon.PlaceOff && !lr.f.Loop.NoPark {
+		return lr.pk.park(DrainTimeout)
+	}
+	return nil
 }
 
 // tick calls fn every Interval until ctx ends, or until the state file
@@ -201,6 +231,7 @@ type loopRun struct {
 	m    *steerMaps
 	loop *falcon.Loop
 	fl   *Follower
+	pk   *parking
 
 	base   sample
 	rxCPUs []int
@@ -243,8 +274,7 @@ func (lr *loopRun) step() error {
 	}
 	lr.save(d)
 	if p != before {
-		lr.fl.Off = p == falcon.PlaceOff
-		if _, _, err := lr.fl.publish(); err != nil {
+		if err := lr.place(p); err != nil {
 			return err
 		}
 		// Queues of the old placement drain before the next window.

@@ -3,12 +3,17 @@ package steer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/falcon"
 	"github.com/rxlane/rxlane/internal/testbed"
@@ -38,14 +43,20 @@ func TestLoopSwitchesThroughJournal(t *testing.T) {
 			t.Errorf("disable left the loop file: %v", err)
 		}
 	})
+	// With the cpumap first stage: parking detaches and re-attaches XDP.
 	if _, err := Enable(Options{Netns: tb.NS(testbed.HostB), CPUs: []int{0, 1}, Threshold: 0.85,
-		AvgThreshold: 0.85, Hysteresis: 0.1, StateFile: state, StartOff: true}); err != nil {
+		AvgThreshold: 0.85, Hysteresis: 0.1, StateFile: state, StartOff: true,
+		FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}); err != nil {
 		t.Fatal(err)
 	}
 	var better atomic.Int32 // the placement that delivers more
 	better.Store(int32(falcon.PlaceSteered))
 	var measured atomic.Int64
-	decisions := make(chan falcon.Decision, 1000)
+	type switched struct {
+		d    falcon.Decision
+		park parkView // the datapath right after the switch
+	}
+	decisions := make(chan switched, 1000)
 	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: LoopOptions{BusyTask: 0.5,
 		LoopConfig: falcon.LoopConfig{Window: 40 * time.Millisecond, Settle: 5 * time.Millisecond, Interval: 100 * time.Millisecond,
 			MaxInterval: 200 * time.Millisecond, MinDwell: 100 * time.Millisecond, NoiseFloor: 0.03, Confirm: 2, MinRate: 1000, LoadChange: 0.25}},
@@ -60,7 +71,13 @@ func TestLoopSwitchesThroughJournal(t *testing.T) {
 			w.Delivered, w.BusySeconds, w.Spare = rate*w.Seconds, w.Seconds, true
 			return w
 		},
-		decided: func(d falcon.Decision) { decisions <- d },
+		decided: func(d falcon.Decision) {
+			sw := switched{d: d}
+			if d.Switched { // seen before the loop goes on
+				sw.park = viewPark(state)
+			}
+			decisions <- sw
+		},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -74,8 +91,13 @@ func TestLoopSwitchesThroughJournal(t *testing.T) {
 		timeout := time.After(60 * time.Second)
 		for {
 			select {
-			case d := <-decisions:
-				if d.Switched && d.To == to {
+			case sw := <-decisions:
+				if d := sw.d; d.Switched && d.To == to {
+					// Off is parked: the node's own rps_cpus, no XDP,
+					// the programs returning at once; steered is not.
+					if err := sw.park.check(to == falcon.PlaceOff); err != nil {
+						t.Fatalf("after the switch to %v: %v", to, err)
+					}
 					return
 				}
 			case err := <-done:
@@ -121,7 +143,96 @@ func TestLoopSwitchesThroughJournal(t *testing.T) {
 	if s.On {
 		t.Fatalf("the loop holds off, the datapath is on after it stopped")
 	}
+	// Stopped while parked: the first stage is attached again (passing)
+	// for the next follower, the rest stays the node's own.
+	pv := viewPark(state)
+	if pv.err != nil || pv.parked || pv.flag || !pv.xdp {
+		t.Fatalf("after the loop stopped: %+v, want unparked with XDP attached", pv)
+	}
 	if measured.Load() == 0 {
 		t.Fatal("no window had a measured length")
 	}
+}
+
+// parkView is what parking changes, read from the journal and the kernel.
+type parkView struct {
+	parked bool              // journaled
+	flag   bool              // STEER_F_PARKED in the program's config
+	rps    map[string]string // device/queue -> rps_cpus
+	want   map[string]string // the node's own (RPSChange.Prev)
+	mask   string            // steering's
+	xdp    bool              // the first stage's program attached
+	err    error
+}
+
+func viewPark(state string) (v parkView) {
+	st, err := loadState(state)
+	if err != nil || st == nil {
+		v.err = fmt.Errorf("state: %v", err)
+		return v
+	}
+	v.parked, v.mask, v.rps, v.want = st.Parked, CPUMask(st.CPUs), map[string]string{}, map[string]string{}
+	m, err := openMaps(st)
+	if err != nil {
+		v.err = err
+		return v
+	}
+	defer m.Close()
+	var cfg steerConfig
+	if v.err = m.SteerConfig.Lookup(uint32(0), &cfg); v.err != nil {
+		return v
+	}
+	v.flag = cfg.Flags&flagParked != 0
+	for _, c := range st.RPS {
+		key := c.Dev + "/" + c.Queue
+		v.want[key] = c.Prev
+		if err := inNetnsSysfs(c.Netns, func() error {
+			b, err := os.ReadFile(filepath.Join("/sys/class/net", c.Dev, "queues", c.Queue, "rps_cpus"))
+			v.rps[key] = strings.TrimSpace(string(b))
+			return err
+		}); err != nil {
+			v.err = err
+			return v
+		}
+	}
+	if fs := st.FirstStage; fs != nil {
+		v.err = inNetnsSysfs(st.Netns, func() error {
+			l, err := netlink.LinkByName(fs.Device)
+			if err == nil {
+				v.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached && l.Attrs().Xdp.ProgId == fs.XDPProgID
+			}
+			return err
+		})
+	}
+	return v
+}
+
+// check compares the view with a parked (or unparked) datapath.
+func (v parkView) check(parked bool) error {
+	if v.err != nil {
+		return v.err
+	}
+	if len(v.rps) == 0 {
+		return errors.New("no rps_cpus recorded")
+	}
+	if v.parked != parked || v.flag != parked || v.xdp == parked {
+		return fmt.Errorf("journal parked %v, program flag %v, XDP attached %v; want parked %v", v.parked, v.flag, v.xdp, parked)
+	}
+	for k, got := range v.rps {
+		want := v.mask
+		if parked {
+			want = v.want[k]
+		}
+		if !sameMask(got, want) {
+			return fmt.Errorf("rps_cpus of %s is %q, want %q (parked %v)", k, got, want, parked)
+		}
+	}
+	return nil
+}
+
+// sameMask compares sysfs cpumasks ("00000003" and "3").
+func sameMask(a, b string) bool {
+	x, errA := strconv.ParseUint(strings.ReplaceAll(a, ",", ""), 16, 64)
+	y, errB := strconv.ParseUint(strings.ReplaceAll(b, ",", ""), 16, 64)
+	return errA == nil && errB == nil && x == y
 }

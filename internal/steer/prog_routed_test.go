@@ -262,3 +262,61 @@ func TestLocalGoesDirect(t *testing.T) {
 		t.Fatalf("local counter moved by %d, want %d", got, direct)
 	}
 }
+
+// TestParkedProgramsReturnAtOnce: parked (the closed loop's off for good),
+// the tc stages and the XDP stage leave a packet as they found it and
+// keep no flow or guard, while the done hook still counts deliveries for
+// the loop's windows.
+func TestParkedProgramsReturnAtOnce(t *testing.T) {
+	const wireIdx, vxIdx = 1, 5
+	o := loadOn(t, 2, flagParked|flagFirstOn)
+	putWire(t, o, wireIdx, devEntry, steerDev{StageId: vxIdx})
+	// a first stage that would redirect every frame to CPU 0, unparked
+	var cfg steerConfig
+	if err := o.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.N_first = 1
+	if err := o.SteerConfig.Put(uint32(0), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SteerFirstCpus.Put(uint32(0), uint32(0)); err != nil {
+		t.Fatal(err)
+	}
+	done := func() uint64 {
+		t.Helper()
+		var per []uint64
+		if err := o.SteerCounters.Lookup(uint32(CountDone), &per); err != nil {
+			t.Fatal(err)
+		}
+		var sum uint64
+		for _, v := range per {
+			sum += v
+		}
+		return sum
+	}
+	for i := range 3 {
+		if ret, err := o.SteerIngress.Run(&ebpf.RunOptions{Data: vxFrameFor(uint16(5000 + i))}); err != nil || int32(ret) != -1 {
+			t.Fatalf("tc stage: verdict %d, %v; want TC_ACT_UNSPEC", int32(ret), err)
+		}
+		if ret, err := o.SteerXdp.Run(&ebpf.RunOptions{Data: vxFrameFor(uint16(5000 + i))}); err != nil || ret != 2 {
+			t.Fatalf("XDP stage: verdict %d, %v; want XDP_PASS", ret, err)
+		}
+		if _, err := o.SteerDone.Run(&ebpf.RunOptions{Data: inner(uint16(5000+i), 17)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fk flowKey
+	var f flowEntry
+	if o.SteerFlows.Iterate().Next(&fk, &f) {
+		t.Fatalf("parked, the programs kept flow %+v: %+v", fk, f)
+	}
+	var gk uint32
+	var g guardEntry
+	if o.SteerGuards.Iterate().Next(&gk, &g) {
+		t.Fatalf("parked, the programs kept a guard for %08x: %+v", gk, g)
+	}
+	if n := done(); n != 3 {
+		t.Fatalf("parked, the done hook counted %d deliveries, want 3", n)
+	}
+}

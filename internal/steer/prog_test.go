@@ -167,6 +167,10 @@ func TestProgramWritesRPSHash(t *testing.T) {
 			t.Fatalf("%s: kernel wrote hash %#x (RPS position %d, cpu %d, %v), Go chose position %d (%v)",
 				name, f.RpsHash, RPSIndex(f.RpsHash, len(cpus)), f.Cpu, Reason(f.Reason), idx, r)
 		}
+		if GROBucket(f.RpsHash) != GROBucket(in.FlowHash) {
+			t.Fatalf("%s: kernel wrote hash %#x, GRO bucket %d, not the flow's %d: its segments would be held apart",
+				name, f.RpsHash, GROBucket(f.RpsHash), GROBucket(in.FlowHash))
+		}
 	}
 
 	// Encapsulated at the wire: choose the vxlan device's CPU from the

@@ -82,6 +82,12 @@ func (st *State) record(kind string, data []byte) error {
 			return err
 		}
 		st.FirstStage.PeerTx = &p
+	case kindPark:
+		var p parkIntent
+		if err := json.Unmarshal(data, &p); err != nil {
+			return err
+		}
+		st.Parked = p.Parked
 	case kindPlacement:
 		var p placementIntent
 		if err := json.Unmarshal(data, &p); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -368,11 +369,25 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 	defer halt()
 
 	var phase int32
+	// TCP segments the receiver queued out of order, by phase (a phase
+	// here ends after the action that follows its sleep) and, inside
+	// Disable, by its step ("<phase>/drain": set off and drained,
+	// "<phase>/rps": RPS restored).
+	ofoByPhase := map[string]uint64{}
+	lastOFO := rx0["TCPOFOQueue"]
+	sample := func(where string) {
+		if rx, _ := mibs(); rx["TCPOFOQueue"] != lastOFO {
+			ofoByPhase[where] += rx["TCPOFOQueue"] - lastOFO
+			lastOFO = rx["TCPOFOQueue"]
+		}
+	}
 	disableStep = func(s string) {
 		switch s {
 		case "rps":
+			sample(fmt.Sprintf("%d/drain", phase))
 			u.phase.Store(phase + 3000)
 		case "detach":
+			sample(fmt.Sprintf("%d/rps", phase))
 			u.phase.Store(phase + 4000)
 		}
 	}
@@ -384,15 +399,8 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		}
 	}()
 	// Every step lasts a bounded time under traffic.
-	// TCP segments the receiver queued out of order, by phase (a phase
-	// here ends after the action that follows its sleep).
-	ofoByPhase := map[int32]uint64{}
-	lastOFO := rx0["TCPOFOQueue"]
 	step := func() {
-		if rx, _ := mibs(); rx["TCPOFOQueue"] != lastOFO {
-			ofoByPhase[phase] += rx["TCPOFOQueue"] - lastOFO
-			lastOFO = rx["TCPOFOQueue"]
-		}
+		sample(fmt.Sprint(phase))
 		phase++
 		u.phase.Store(phase)
 		time.Sleep(150 * time.Millisecond) // traffic runs meanwhile; not synchronisation
@@ -466,10 +474,8 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		step()
 	}
 	halt()
+	sample(fmt.Sprint(phase))
 	rx1, tx1 := mibs()
-	if rx1["TCPOFOQueue"] != lastOFO {
-		ofoByPhase[phase] += rx1["TCPOFOQueue"] - lastOFO
-	}
 	if len(ofoByPhase) > 0 {
 		t.Logf("TCP segments queued out of order by phase (each with the action after it): %v", ofoByPhase)
 	}

@@ -11,6 +11,7 @@ const (
 	flagNoGuard      = 1 << 3
 	flagFirstOn      = 1 << 4
 	flagLocal        = 1 << 5
+	flagParked       = 1 << 6
 	devByMAC         = 1 << 0
 	devEntry         = 1 << 1
 	devOff           = 1 << 2
