@@ -285,8 +285,8 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 			to := DrainTimeouts.Load()
 			r := runReorderScenario(t, tb, tc.o, tc.heavyTCP, tc.vanilla)
 			t.Logf("%s: disables that timed out draining: %d", name, DrainTimeouts.Load()-to)
-			t.Logf("%s: UDP %d received, %d reordered; TCP %d bytes, %d out-of-order segments; switches %d, deferred %d, off %d, second %d",
-				name, r.udpRecv, r.udpReord, r.tcpBytes, r.tcpOFO, r.switches, r.deferred, r.off, r.second)
+			t.Logf("%s: UDP %d received, %d reordered; TCP %d bytes, %d out-of-order segments, %d lost, %d reorderings seen by the sender; switches %d, deferred %d, off %d, second %d",
+				name, r.udpRecv, r.udpReord, r.tcpBytes, r.tcpOFO, r.tcpLost, r.tcpSenderReorder, r.switches, r.deferred, r.off, r.second)
 			if !guard {
 				return // contrast only: timing decides whether it reorders
 			}
@@ -309,10 +309,10 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 }
 
 type reorderResult struct {
-	udpRecv, udpReord, tcpBytes, tcpOFO uint64
-	tcpRetrans                          uint64
-	switches, deferred, off, second     uint64
-	tcpCorrupt                          bool
+	udpRecv, udpReord, tcpBytes, tcpOFO   uint64
+	tcpRetrans, tcpLost, tcpSenderReorder uint64
+	switches, deferred, off, second       uint64
+	tcpCorrupt                            bool
 }
 
 // runReorderScenario runs the scenario; vanilla (a control) only runs the
@@ -480,6 +480,15 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		t.Logf("TCP segments queued out of order by phase (each with the action after it): %v", ofoByPhase)
 	}
 	res.tcpRetrans = tx1["RetransSegs"] - tx0["RetransSegs"]
+	// A lost segment also queues the ones after it out of order until
+	// its retransmission fills the hole: retransmissions the receiver
+	// did not report as duplicates (DSACK) were losses, not reordering.
+	// The sender's own reorder detection (SACK, timestamps) counts
+	// segments that arrived late without being lost.
+	if dsack := tx1["TCPDSACKRecv"] - tx0["TCPDSACKRecv"]; res.tcpRetrans > dsack {
+		res.tcpLost = res.tcpRetrans - dsack
+	}
+	res.tcpSenderReorder = tx1["TCPSACKReorder"] - tx0["TCPSACKReorder"] + tx1["TCPTSReorder"] - tx0["TCPTSReorder"]
 	// Tail loss probes and RTO timeouts say whether retransmissions came
 	// from a delay (a probe fired while the originals were still queued)
 	// rather than from the network reordering segments.
