@@ -47,8 +47,10 @@ type Input struct {
 	CurrentCPU int
 	// Static takes the first choice always (hash only).
 	Static bool
-	// ExcludeFirst makes the second choice differ from the first (on 2
-	// CPUs the paper's plain rehash lands on the same CPU half the time).
+	// ExcludeFirst makes the second choice differ from the first. On 2
+	// CPUs the paper's plain rehash always lands on the first choice:
+	// Hash32 multiplies by an odd constant, which keeps a hash's parity,
+	// so h2 % 2 == h1 % 2 (with more CPUs the two differ by chance).
 	// The simulator is literal: ExcludeFirst false.
 	ExcludeFirst bool
 }

@@ -141,3 +141,14 @@ func TestReasonValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainRehashOnTwoCPUs pins the fact ExcludeFirst's comment states:
+// on 2 CPUs the literal second choice is always the first.
+func TestPlainRehashOnTwoCPUs(t *testing.T) {
+	for h := uint32(0); h < 1<<16; h++ {
+		h1 := Hash32(h*2654435761 + 7)
+		if Hash32(h1)%2 != h1%2 {
+			t.Fatalf("hash %#x: second choice %d, first %d", h1, Hash32(h1)%2, h1%2)
+		}
+	}
+}

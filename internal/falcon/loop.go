@@ -70,6 +70,14 @@ func (w Window) Rate() float64 {
 	return w.Delivered / w.Seconds
 }
 
+// DropRate is packets dropped per second.
+func (w Window) DropRate() float64 {
+	if w.Seconds <= 0 {
+		return 0
+	}
+	return w.Drops / w.Seconds
+}
+
 // CostPerPacket is CPU seconds per delivered packet (0: none delivered).
 func (w Window) CostPerPacket() float64 {
 	if w.Delivered <= 0 {
@@ -321,7 +329,8 @@ func (l *Loop) judge(a2 Window) *Decision {
 	ca := (a1.CostPerPacket() + a2.CostPerPacket()) / 2
 	cm := max(l.cfg.NoiseFloor, relDiff(a1.CostPerPacket(), a2.CostPerPacket()))
 	d.Margin, d.CurCost, d.TrialCost = m, ca*1e6, b.CostPerPacket()*1e6
-	better, why := betterThan(b.Rate(), b.CostPerPacket(), ra, ca, m, cm)
+	da := (a1.DropRate() + a2.DropRate()) / 2
+	better, why := betterThan(b.Rate(), b.CostPerPacket(), b.DropRate(), ra, ca, da, m, cm)
 	if !better {
 		l.wins = 0
 		l.interval = min(2*l.interval, l.cfg.MaxInterval)
@@ -351,15 +360,22 @@ func (l *Loop) switchTo(p Placement, reason, why string, cur, alt Window, margin
 	return d
 }
 
-// betterThan reports whether the alternative (rate rb, cost cb) beats the
-// current (ra, ca): more delivered by more than margin m, or the same
-// delivered (within m) for less CPU per packet by more than cm.
-func betterThan(rb, cb, ra, ca, m, cm float64) (bool, string) {
+// betterThan reports whether the alternative (rate rb, cost cb, drops
+// per second db) beats the current (ra, ca, da): more delivered by more
+// than margin m; or the same delivered (within m) with fewer drops, by
+// more than m of the delivered rate (a placement that delivers as much
+// but drops more is close to its limit: Fig. 10's zero-loss rate); or the
+// same delivered and drops for less CPU per packet by more than cm.
+func betterThan(rb, cb, db, ra, ca, da, m, cm float64) (bool, string) {
 	switch {
 	case rb > ra*(1+m):
 		return true, fmt.Sprintf("delivered %+.1f%% (margin %.1f%%)", 100*(rb/ra-1), 100*m)
 	case rb < ra*(1-m):
 		return false, fmt.Sprintf("delivered %+.1f%% (margin %.1f%%)", 100*(rb/ra-1), 100*m)
+	case db < da-m*ra:
+		return true, fmt.Sprintf("delivered within %.1f%%, drops %.0f/s instead of %.0f/s", 100*m, db, da)
+	case db > da+m*ra:
+		return false, fmt.Sprintf("delivered within %.1f%%, drops %.0f/s instead of %.0f/s", 100*m, db, da)
 	case ca > 0 && cb > 0 && cb < ca*(1-cm):
 		return true, fmt.Sprintf("delivered within %.1f%%, CPU per packet %+.1f%% (margin %.1f%%)", 100*m, 100*(cb/ca-1), 100*cm)
 	case ca > 0 && cb > 0:

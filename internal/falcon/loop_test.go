@@ -11,6 +11,7 @@ import (
 type node struct {
 	rate  [2]float64
 	cost  [2]float64
+	drops [2]float64 // per second
 	noise float64
 	spare bool
 	rng   *rand.Rand
@@ -19,7 +20,7 @@ type node struct {
 func (n *node) window(p Placement, secs float64) Window {
 	f := 1 + n.noise*(2*n.rng.Float64()-1)
 	r := n.rate[p] * f
-	return Window{Seconds: secs, Delivered: r * secs, BusySeconds: r * secs * n.cost[p] * 1e-6, Spare: n.spare, Why: "CPU 0 busy"}
+	return Window{Seconds: secs, Delivered: r * secs, Drops: n.drops[p] * secs, BusySeconds: r * secs * n.cost[p] * 1e-6, Spare: n.spare, Why: "CPU 0 busy"}
 }
 
 // run drives the loop for d of loop time and returns the share of
@@ -150,5 +151,19 @@ func TestLoopConfigRefusesNonsense(t *testing.T) {
 		if _, err := NewLoop(c, PlaceOff); err == nil {
 			t.Errorf("NewLoop(%+v) accepted", c)
 		}
+	}
+}
+
+// TestLoopPrefersFewerDropsAtTheSameRate: both placements deliver the
+// same, but the unsteered one drops 10% more on top (it is at its limit,
+// as off at Fig. 10's zero-loss rate): the loop steers, even though
+// steering costs more CPU per packet.
+func TestLoopPrefersFewerDropsAtTheSameRate(t *testing.T) {
+	n := &node{rate: [2]float64{PlaceOff: 200e3, PlaceSteered: 200e3}, cost: [2]float64{8, 9},
+		drops: [2]float64{PlaceOff: 20e3}, noise: 0.01, spare: true, rng: rand.New(rand.NewPCG(9, 10))}
+	l := newTestLoop(t, PlaceOff)
+	run(t, l, n, 5*time.Minute)
+	if l.Current() != PlaceSteered || l.Switches != 1 {
+		t.Fatalf("loop holds %v after %d switches (%v), want steered: off drops", l.Current(), l.Switches, l.Counts)
 	}
 }
