@@ -370,7 +370,7 @@ func (j *stateLog) attachEntry(a Attachment, prog *ebpf.Program, ours *ebpf.Map)
 // sharedTunnel refuses when the steering program id on dev steers a tunnel
 // of ours.
 func sharedTunnel(dev string, id int, ours *ebpf.Map) error {
-	m, err := programMaps(id)
+	m, err := programMaps(id, false)
 	if err != nil {
 		return fmt.Errorf("steer: %s carries steering program %d: %w", dev, id, err)
 	}

@@ -137,6 +137,18 @@ func (f *Follow) Run(ctx context.Context) error {
 		return err
 	}
 	defer m.Close()
+	pk := &parking{stateFile: f.StateFile, st: st, m: m}
+	defer pk.close()
+	if st.Parked {
+		// A follower was killed while parked: its programs are still
+		// there only if something else holds them.
+		if err := pk.hold(); err != nil {
+			return err
+		}
+		if m.SteerCpus == nil {
+			return ErrParkedGone
+		}
+	}
 	fl := &Follower{StateFile: f.StateFile, Sampler: Sampler{Alpha: 0.5, Path: f.Stat}, st: st, m: m}
 	if f.Loop.Off {
 		return f.tick(ctx, func() error {
@@ -154,8 +166,7 @@ func (f *Follow) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lr := &loopRun{f: f, st: st, m: m, loop: loop, fl: fl, pk: &parking{stateFile: f.StateFile, st: st, m: m}}
-	defer lr.pk.close()
+	lr := &loopRun{f: f, st: st, m: m, loop: loop, fl: fl, pk: pk}
 	fl.Off = true // the loop starts off: the unsteered path never costs
 	if _, _, err := fl.Step(); err != nil {
 		return err
@@ -172,10 +183,10 @@ func (f *Follow) Run(ctx context.Context) error {
 	if loop.Placement() != loop.Current() {
 		err = errors.Join(err, lr.place(loop.Current()))
 	}
-	// A parked first stage is attached again (passing: steering stays
-	// off): its program lives only while attached or held, and the next
-	// follower needs it to try steering again.
-	if st.Parked && st.FirstStage != nil {
+	// Parked programs are attached again (steering stays off: every flow
+	// direct): a detached program lives only while held, and the next
+	// follower needs them to try steering again.
+	if st.Parked {
 		err = errors.Join(err, lr.pk.unpark())
 	}
 	return err

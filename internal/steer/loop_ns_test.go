@@ -145,9 +145,8 @@ func TestLoopSwitchesThroughJournal(t *testing.T) {
 	}
 	// Stopped while parked: the first stage is attached again (passing)
 	// for the next follower, the rest stays the node's own.
-	pv := viewPark(state)
-	if pv.err != nil || pv.parked || pv.flag || !pv.xdp {
-		t.Fatalf("after the loop stopped: %+v, want unparked with XDP attached", pv)
+	if err := viewPark(state).check(false); err != nil {
+		t.Fatalf("after the loop stopped: %v", err)
 	}
 	if measured.Load() == 0 {
 		t.Fatal("no window had a measured length")
@@ -162,7 +161,11 @@ type parkView struct {
 	want   map[string]string // the node's own (RPSChange.Prev)
 	mask   string            // steering's
 	xdp    bool              // the first stage's program attached
-	err    error
+	// filters and stages: the tc filters of the attachments other than
+	// the done hooks that are attached, of how many
+	filters, stages int
+	done            int // done hooks attached
+	err             error
 }
 
 func viewPark(state string) (v parkView) {
@@ -195,6 +198,28 @@ func viewPark(state string) (v parkView) {
 			return v
 		}
 	}
+	for _, a := range st.Attachments {
+		if !a.Done {
+			v.stages++
+		}
+		if err := inNetnsSysfs(attachmentNetns(st, a), func() error {
+			l, err := netlink.LinkByName(a.Device)
+			if err != nil {
+				return err
+			}
+			bf, err := a.filter().Find(l)
+			switch {
+			case bf != nil && a.Done:
+				v.done++
+			case bf != nil:
+				v.filters++
+			}
+			return err
+		}); err != nil {
+			v.err = err
+			return v
+		}
+	}
 	if fs := st.FirstStage; fs != nil {
 		v.err = inNetnsSysfs(st.Netns, func() error {
 			l, err := netlink.LinkByName(fs.Device)
@@ -218,6 +243,13 @@ func (v parkView) check(parked bool) error {
 	if v.parked != parked || v.flag != parked || v.xdp == parked {
 		return fmt.Errorf("journal parked %v, program flag %v, XDP attached %v; want parked %v", v.parked, v.flag, v.xdp, parked)
 	}
+	want := v.stages
+	if parked {
+		want = 0
+	}
+	if v.stages == 0 || v.filters != want || v.done == 0 {
+		return fmt.Errorf("%d of %d stage filters and %d done hooks attached; want parked %v", v.filters, v.stages, v.done, parked)
+	}
 	for k, got := range v.rps {
 		want := v.mask
 		if parked {
@@ -235,4 +267,55 @@ func sameMask(a, b string) bool {
 	x, errA := strconv.ParseUint(strings.ReplaceAll(a, ",", ""), 16, 64)
 	y, errB := strconv.ParseUint(strings.ReplaceAll(b, ",", ""), 16, 64)
 	return errA == nil && errB == nil && x == y
+}
+
+// TestParkedFollowerKilled: a follower killed while parked leaves its
+// detached programs freed (nothing holds them). Status still reads the
+// state through the done hooks, a new follower refuses with
+// ErrParkedGone instead of steering half a datapath, and disable
+// restores hostB exactly as before enable.
+func TestParkedFollowerKilled(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("skipping: needs 2 CPUs")
+	}
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	rx := listen(t, tb, testbed.CtrB, "198.19.0.2:7310")
+	back := listen(t, tb, testbed.CtrA, "198.19.0.1:7312")
+	sendSeq(t, rx, back, "198.19.0.1:7312", 1, 1) // brB learns ctrB's MAC
+	before := snapshot(t, tb, testbed.HostB) + snapshot(t, tb, testbed.CtrB) + snapshot(t, tb, testbed.HostA)
+	state := filepath.Join(t.TempDir(), "steer.json")
+	st, err := Enable(Options{Netns: tb.NS(testbed.HostB), CPUs: []int{0, 1}, Threshold: 0.85,
+		AvgThreshold: 0.85, Hysteresis: 0.1, StateFile: state, StartOff: true,
+		FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Disable(state) })
+	m, err := openMaps(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk := &parking{stateFile: state, st: st, m: m}
+	if err := pk.park(DrainTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if err := viewPark(state).check(true); err != nil {
+		t.Fatal(err)
+	}
+	pk.close() // the follower dies: nothing holds the programs
+	m.Close()
+	s, err := ReadStatus(state)
+	if err != nil || !s.Enabled || s.On || len(s.Flows) != 0 {
+		t.Fatalf("status while parked without a follower: %+v, %v", s, err)
+	}
+	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: DefaultLoopOptions()}
+	if err := f.Run(context.Background()); !errors.Is(err, ErrParkedGone) {
+		t.Fatalf("a new follower: %v, want ErrParkedGone", err)
+	}
+	if err := Disable(state); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshot(t, tb, testbed.HostB) + snapshot(t, tb, testbed.CtrB) + snapshot(t, tb, testbed.HostA); after != before {
+		t.Fatalf("disable after a parked follower died left the testbed changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
 }

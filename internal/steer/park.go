@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/journal"
 )
@@ -17,9 +18,11 @@ import (
 // (with veth: every frame converted to an XDP buffer and back). Measured
 // on the lab VM that cost 7-11% CPU per packet, and a third of the
 // delivered rate for cpumap with one flow. Parked, the rps_cpus are the
-// node's again, the XDP program is detached, and the tc programs return at
-// once (STEER_F_PARKED); the done hook only counts deliveries, which the
-// loop's windows need.
+// node's again, the XDP program and every tc filter but the done hooks
+// are detached (held open by the follower), and the programs return at
+// once should a packet still meet one (STEER_F_PARKED); the done hook only
+// counts deliveries, which the loop's windows need. Other processes
+// (status, disable) find the maps through the done hooks then.
 //
 // park runs once the entry sends every flow direct and the guard saw
 // them drained, so no packet is on a steered CPU when RPS changes back;
@@ -36,19 +39,21 @@ type parkIntent struct {
 	Parked bool `json:"parked"`
 }
 
-// ErrFirstStageGone: the state is parked and the first stage's XDP
-// program was freed (the follower that held it was killed), so steering
-// cannot be tried again.
-var ErrFirstStageGone = errors.New("steer: the first stage's XDP program is gone (the follower was killed while parked): run `rxlane steer disable`, then enable again")
+// ErrParkedGone: the state is parked and its detached programs were
+// freed (the follower that held them was killed), so steering cannot be
+// tried again.
+var ErrParkedGone = errors.New("steer: the parked programs are gone (the follower that held them was killed while parked): run `rxlane steer disable`, then enable again")
 
 // parking is the parked datapath of one follower: the state and maps it
-// acts on, and, while the first stage is parked, its XDP program (held
-// open: detached, nothing else keeps it).
+// acts on, and the programs it detaches while parked (held open:
+// detached, nothing else keeps them): the first stage's XDP program and
+// the tc programs of every attachment but the done hooks.
 type parking struct {
 	stateFile string
 	st        *State
 	m         *steerMaps
 	xdp       *ebpf.Program
+	tc        map[int]*ebpf.Program // by index in st.Attachments
 }
 
 // journal writes the intent before the change.
@@ -64,18 +69,36 @@ func (p *parking) journal(parked bool) error {
 	return err
 }
 
-// hold opens the attached first stage program, so it outlives its
-// detachment while parked.
+// hold opens the programs park detaches, so they outlive their
+// detachment.
 func (p *parking) hold() error {
-	fs := p.st.FirstStage
-	if fs == nil || fs.XDPProgID == 0 || p.xdp != nil {
-		return nil
+	open := func(id uint32) (*ebpf.Program, error) {
+		prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+		if err != nil {
+			return nil, fmt.Errorf("%w (program %d: %v)", ErrParkedGone, id, err)
+		}
+		return prog, nil
 	}
-	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(fs.XDPProgID))
-	if err != nil {
-		return fmt.Errorf("%w (program %d: %v)", ErrFirstStageGone, fs.XDPProgID, err)
+	if fs := p.st.FirstStage; fs != nil && fs.XDPProgID != 0 && p.xdp == nil {
+		prog, err := open(fs.XDPProgID)
+		if err != nil {
+			return err
+		}
+		p.xdp = prog
 	}
-	p.xdp = prog
+	if p.tc == nil {
+		p.tc = map[int]*ebpf.Program{}
+	}
+	for i, a := range p.st.Attachments {
+		if a.Done || a.Prog == 0 || p.tc[i] != nil {
+			continue
+		}
+		prog, err := open(a.Prog)
+		if err != nil {
+			return err
+		}
+		p.tc[i] = prog
+	}
 	return nil
 }
 
@@ -97,6 +120,17 @@ func (p *parking) park(drain time.Duration) error {
 	if fs := p.st.FirstStage; fs != nil && fs.XDPProgID != 0 {
 		errs = append(errs, detachXDP(p.st.Netns, fs.Device, fs.XDPProgID))
 	}
+	// Even a program that returns at once costs its tc hook per packet
+	// (measured: 5-6% CPU per packet at 400 kpps): only the done hooks
+	// stay, for the loop's delivery count (and the maps' anchor).
+	for i, a := range p.st.Attachments {
+		if !a.Done && p.tc[i] != nil {
+			err := inNetnsSysfs(attachmentNetns(p.st, a), func() error { return a.filter().Remove(a.Device) })
+			if err != nil && !errors.Is(err, errNoNetns) {
+				errs = append(errs, err)
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -108,6 +142,14 @@ func (p *parking) unpark() error {
 	}
 	if err := p.journal(false); err != nil {
 		return err
+	}
+	// The filters first: parked, their programs return at once.
+	for i, a := range p.st.Attachments {
+		if prog := p.tc[i]; prog != nil {
+			if err := p.reattach(i, a, prog); err != nil {
+				return err
+			}
+		}
 	}
 	// Nothing touched the guard or the flows while parked (the done hook
 	// kept no count of direct packets): they start again as new.
@@ -134,12 +176,59 @@ func (p *parking) unpark() error {
 	return nil
 }
 
-// close releases the held program (still attached unless parked).
+// reattach attaches attachment i's program again, unless its filter is
+// there (a park that did not get as far). Should the clsact qdisc be gone
+// and created here, the journal learns it first, so disable removes it.
+func (p *parking) reattach(i int, a Attachment, prog *ebpf.Program) error {
+	err := inNetnsSysfs(attachmentNetns(p.st, a), func() error {
+		l, err := netlink.LinkByName(a.Device)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", a.Device, err)
+		}
+		if bf, err := a.filter().Find(l); err != nil || bf != nil {
+			return err
+		}
+		_, err = a.filter().AttachRecorded(a.Device, prog, func(creates bool) error {
+			if !creates || a.CreatedClsact {
+				return nil
+			}
+			a.CreatedClsact = true
+			l, err := journal.Append(p.stateFile)
+			if err != nil {
+				return err
+			}
+			if err := errors.Join(l.Intent(kindFilter, a), l.Close()); err != nil {
+				return err
+			}
+			p.st.Attachments[i] = a
+			return nil
+		})
+		return err
+	})
+	if errors.Is(err, errNoNetns) {
+		return nil // the container is gone
+	}
+	return err
+}
+
+// close releases the held programs (still attached unless parked).
 func (p *parking) close() {
 	if p.xdp != nil {
 		p.xdp.Close()
 		p.xdp = nil
 	}
+	for i, prog := range p.tc {
+		prog.Close()
+		delete(p.tc, i)
+	}
+}
+
+// attachmentNetns is the namespace of an attachment's device.
+func attachmentNetns(st *State, a Attachment) string {
+	if a.Netns != "" {
+		return a.Netns
+	}
+	return st.Netns
 }
 
 // setFlag sets or clears a flag of the program's config.

@@ -17,25 +17,27 @@ import (
 // openMaps finds the maps of the attached program through its tc filter
 // (on any steering device: the entry may be in another namespace than the
 // state's, as for Docker's overlay).
+//
+// While the loop has the datapath parked only the done hooks are
+// attached: their program has the config, counters and guards, not the
+// CPU loads or the flows (nil in the result).
 func openMaps(st *State) (*steerMaps, error) {
-	for _, a := range st.Attachments {
-		if a.Done {
-			continue
-		}
-		ns := st.Netns
-		if a.Netns != "" {
-			ns = a.Netns
-		}
-		var m *steerMaps
-		err := inNetnsSysfs(ns, func() (err error) {
-			m, err = mapsOf(a.filter(), a.Device, a.Prog)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		if m != nil {
-			return m, nil
+	for _, done := range []bool{false, true} {
+		for _, a := range st.Attachments {
+			if a.Done != done {
+				continue
+			}
+			var m *steerMaps
+			err := inNetnsSysfs(attachmentNetns(st, a), func() (err error) {
+				m, err = mapsOf(a.filter(), a.Device, a.Prog, done)
+				return err
+			})
+			if err != nil && !(done && errors.Is(err, errNoNetns)) {
+				return nil, err
+			}
+			if m != nil {
+				return m, nil
+			}
 		}
 	}
 	return nil, ErrNotEnabled
@@ -43,8 +45,9 @@ func openMaps(st *State) (*steerMaps, error) {
 
 // mapsOf opens the maps of the steering program attached to dev as filter
 // f (nil, nil when there is none, or when prog is not 0 and the filter
-// runs another program). Called inside dev's namespace.
-func mapsOf(f tcattach.Filter, dev string, prog uint32) (*steerMaps, error) {
+// runs another program). Called inside dev's namespace. done: the
+// program is the done hook (programMaps).
+func mapsOf(f tcattach.Filter, dev string, prog uint32, done bool) (*steerMaps, error) {
 	l, err := netlink.LinkByName(dev)
 	if err != nil {
 		return nil, nil
@@ -53,11 +56,12 @@ func mapsOf(f tcattach.Filter, dev string, prog uint32) (*steerMaps, error) {
 	if err != nil || bf == nil || prog != 0 && uint32(bf.Id) != prog {
 		return nil, nil
 	}
-	return programMaps(bf.Id)
+	return programMaps(bf.Id, done)
 }
 
-// programMaps opens the maps of the attached steering program id.
-func programMaps(id int) (*steerMaps, error) {
+// programMaps opens the maps of the attached steering program id; done:
+// the done hook's, which has no CPU loads or flows.
+func programMaps(id int, done bool) (*steerMaps, error) {
 	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
 	if err != nil {
 		return nil, fmt.Errorf("open attached program %d: %w", id, err)
@@ -68,12 +72,16 @@ func programMaps(id int) (*steerMaps, error) {
 		o.Close()
 		return nil, err
 	}
-	if o.SteerConfig == nil || o.SteerCpus == nil || o.SteerFlows == nil || o.SteerCounters == nil {
+	if o.SteerConfig == nil || o.SteerCounters == nil || !done && (o.SteerCpus == nil || o.SteerFlows == nil) {
 		o.Close()
 		return nil, errors.New("attached program is not rxlane's steer program")
 	}
 	return &o, nil
 }
+
+// errParked: loads cannot be published while the loop has the datapath
+// parked (the programs that read them are detached).
+var errParked = errors.New("steer: the closed loop has the datapath parked (steering off, programs detached): loads are published by the follower that parked it")
 
 // Loads publishes per-CPU loads (by CPU number, 0..1) and the global
 // on/off to the attached program.
@@ -97,6 +105,9 @@ func Loads(stateFile string, loads map[int]float64, on bool) error {
 }
 
 func publish(m *steerMaps, st *State, loads map[int]float64, on bool) error {
+	if m.SteerCpus == nil {
+		return errParked
+	}
 	for i, c := range st.CPUs {
 		if err := m.SteerCpus.Put(uint32(i), steerCPU{Cpu: uint32(c), Load: permille(loads[c])}); err != nil {
 			return fmt.Errorf("write steer cpus: %w", err)
@@ -139,6 +150,9 @@ const activeWindow = 200 * time.Millisecond
 // to the stack on the polling CPU, a numbering-only entry (--stages none)
 // unchanged.
 func drained(m *steerMaps, offAt uint64) (bool, error) {
+	if m.SteerFlows == nil {
+		return true, nil // parked: every flow on the node's own path
+	}
 	now := monotonicNs()
 	var k flowKey
 	var f flowEntry
@@ -307,6 +321,9 @@ func ReadStatus(stateFile string) (Status, error) {
 	}
 	s.On = cfg.Flags&flagOn != 0
 	for i := range st.CPUs {
+		if m.SteerCpus == nil {
+			break // parked
+		}
 		var c steerCPU
 		if err := m.SteerCpus.Lookup(uint32(i), &c); err != nil {
 			return s, fmt.Errorf("read steer cpus: %w", err)
@@ -335,6 +352,9 @@ func ReadStatus(stateFile string) (Status, error) {
 	}
 	if fs := st.FirstStage; fs != nil {
 		stage[uint32(fs.Ifindex)|stageXDP] = Stage{Name: "wire", Device: fs.Device}
+	}
+	if m.SteerFlows == nil {
+		return s, nil // parked: no flow is steered
 	}
 	now := monotonicNs()
 	var k flowKey

@@ -159,6 +159,28 @@ func (f Filter) AttachRecorded(dev string, prog *ebpf.Program, record func(creat
 	return createdClsact, nil
 }
 
+// Remove removes only the filter from dev, leaving the clsact qdisc for
+// a later Attach of the same filter (a device or filter that is gone is
+// not an error).
+func (f Filter) Remove(dev string) error {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("find %s: %w", dev, err)
+	}
+	bf, err := f.Find(l)
+	if err != nil || bf == nil {
+		return err
+	}
+	if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("detach from %s: %w", dev, err)
+	}
+	return nil
+}
+
 // Detach removes the filter from dev and, if createdClsact (or rxlane's
 // marker says another rxlane program added it) and no other filter is
 // left on either direction, the clsact qdisc. A device that is
@@ -172,14 +194,8 @@ func (f Filter) Detach(dev string, createdClsact bool) error {
 		}
 		return fmt.Errorf("find %s: %w", dev, err)
 	}
-	bf, err := f.Find(l)
-	if err != nil {
+	if err := f.Remove(dev); err != nil {
 		return err
-	}
-	if bf != nil {
-		if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("detach from %s: %w", dev, err)
-		}
 	}
 	if !createdClsact && !markedOurs(l) {
 		return nil
