@@ -68,10 +68,11 @@ switches only when that is better by more than the noise it measured, two
 trials in a row. Steering is not tried while every CPU it could move a
 stage to is busy with tasks (the application, a generator): --busy-tasks.
 While off, the datapath is parked: the stages' rps_cpus are the node's
-again, the first stage's XDP program is detached and the programs return
-at once, so "off" costs what the node costs without rxlane (--no-park
-keeps steering's unsteered path). When --follow ends, a parked first
-stage is attached again (passing) so that the next --follow can try it.
+again and every program but the done hooks (which count deliveries) is
+detached, so "off" costs what the node costs without rxlane (--no-park
+keeps steering's unsteered path). When --follow ends, a parked datapath
+is attached again with steering off, so that the next --follow can try
+steering; after a follower was killed while parked, disable and enable.
 Decisions and their reasons are in 'steer status'.
 
   rxlane steer enable --netns rxl-hostB --cpus 0-3 --follow
@@ -199,7 +200,7 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 	cmd.Flags().DurationVar(&lo.Window, "loop-window", lo.Window, "with --follow: the closed loop's measurement window")
 	cmd.Flags().DurationVar(&lo.Interval, "loop-interval", lo.Interval, "with --follow: time between trials of the other placement (doubles while the placement holds)")
 	cmd.Flags().DurationVar(&lo.MaxInterval, "loop-max-interval", lo.MaxInterval, "with --follow: longest time between trials")
-	cmd.Flags().BoolVar(&lo.NoPark, "no-park", false, "with --follow: while off, keep steering's unsteered path (programs parsing, steering's rps_cpus, XDP attached) instead of parking the datapath")
+	cmd.Flags().BoolVar(&lo.NoPark, "no-park", false, "with --follow: while off, keep steering's unsteered path (programs attached and parsing, steering's rps_cpus, XDP attached) instead of parking the datapath")
 	cmd.Flags().Float64Var(&lo.BusyTask, "busy-tasks", lo.BusyTask, "with --follow: a CPU spending this share in tasks (application, generator) is busy: steering is not tried when it could only add load to busy CPUs")
 	return cmd
 }

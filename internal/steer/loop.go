@@ -114,6 +114,15 @@ type Follow struct {
 	// it; decided gets every decision after it is applied.
 	shape   func(falcon.Window) falcon.Window
 	decided func(falcon.Decision)
+	// placing, when set, is told each step of a placement change as it
+	// starts ("unpark", "on", "off", "park") and "placed" at its end.
+	placing func(step string)
+}
+
+func (f *Follow) mark(step string) {
+	if f.placing != nil {
+		f.placing(step)
+	}
 }
 
 // Run follows until ctx ends. On return the loop's own placement is in
@@ -196,16 +205,24 @@ func (f *Follow) Run(ctx context.Context) error {
 // steering on through the guard; off turns it off and, unless NoPark,
 // parks the datapath once drained.
 func (lr *loopRun) place(p falcon.Placement) error {
+	defer lr.f.mark("placed")
 	if p == falcon.PlaceSteered && lr.st.Parked {
+		lr.f.mark("unpark")
 		if err := lr.pk.unpark(); err != nil {
 			return err
 		}
 	}
 	lr.fl.Off = p == falcon.PlaceOff
+	if lr.fl.Off {
+		lr.f.mark("off")
+	} else {
+		lr.f.mark("on")
+	}
 	if _, _, err := lr.fl.publish(); err != nil {
 		return err
 	}
 	if p == falcon.PlaceOff && !lr.f.Loop.NoPark {
+		lr.f.mark("park")
 		return lr.pk.park(DrainTimeout)
 	}
 	return nil

@@ -2,6 +2,7 @@ package steer
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/ethtool"
+	"github.com/rxlane/rxlane/internal/falcon"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -266,24 +268,29 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 		// 1-12 TCP segments out of order, during second-choice switches
 		// of the tc stages; UDP is still asserted).
 		tcpGap bool
+		// loop: the closed loop (Follow) switches placement mid-flow,
+		// parking and unparking the datapath, instead of scripted loads.
+		loop bool
 	}{
-		{"guard", Options{}, true, false, false, false},
+		{"guard", Options{}, true, false, false, false, false},
 		// packets whose stages all stay on their CPU go direct: the
 		// guard also switches between steered and direct on second
 		// choices
-		{"guard-local", Options{Local: true}, true, false, false, false},
-		{"cpumap-guard", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, true, false, false, true},
-		{"guard-heavy-tcp", Options{}, true, true, false, false},
-		{"no-guard", Options{NoGuard: true}, false, false, false, false},
-		{"vanilla-heavy-tcp", Options{}, false, true, true, false},
+		{"guard-local", Options{Local: true}, true, false, false, false, false},
+		{"cpumap-guard", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, true, false, false, true, false},
+		{"guard-heavy-tcp", Options{}, true, true, false, false, false},
+		{"no-guard", Options{NoGuard: true}, false, false, false, false, false},
+		{"vanilla-heavy-tcp", Options{}, false, true, true, false, false},
 		// enabled with cpumap once, never switched: does cpumap alone
 		// reorder TCP? (logged only)
-		{"cpumap-fixed", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, false, false, true, false},
+		{"cpumap-fixed", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, false, false, true, false, false},
+		{"loop", Options{}, true, false, false, false, true},
+		{"loop-cpumap", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, true, false, false, true, true},
 	} {
 		name, guard := tc.name, tc.strict
 		t.Run(name, func(t *testing.T) {
 			to := DrainTimeouts.Load()
-			r := runReorderScenario(t, tb, tc.o, tc.heavyTCP, tc.vanilla)
+			r := runReorderScenario(t, tb, tc.o, tc.heavyTCP, tc.vanilla, tc.loop)
 			t.Logf("%s: disables that timed out draining: %d", name, DrainTimeouts.Load()-to)
 			t.Logf("%s: UDP %d received, %d reordered; TCP %d bytes, %d out-of-order segments, %d lost, %d reorderings seen by the sender; switches %d, deferred %d, off %d, second %d",
 				name, r.udpRecv, r.udpReord, r.tcpBytes, r.tcpOFO, r.tcpLost, r.tcpSenderReorder, r.switches, r.deferred, r.off, r.second)
@@ -298,7 +305,11 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 			} else if r.tcpOFO != 0 {
 				t.Logf("KNOWN GAP (docs/steer.md): TCP %d segments out of order", r.tcpOFO)
 			}
-			if r.switches == 0 || r.second == 0 || r.off == 0 {
+			if tc.loop {
+				if r.loopSwitches < 3 {
+					t.Errorf("the loop switched placement %d times, want at least 3 (steered, parked, steered)", r.loopSwitches)
+				}
+			} else if r.switches == 0 || r.second == 0 || r.off == 0 {
 				t.Errorf("the scenario did not exercise the guard: switches %d second %d off %d", r.switches, r.second, r.off)
 			}
 			if r.udpRecv < 1000 || r.tcpBytes < 100000 {
@@ -312,12 +323,13 @@ type reorderResult struct {
 	udpRecv, udpReord, tcpBytes, tcpOFO   uint64
 	tcpRetrans, tcpLost, tcpSenderReorder uint64
 	switches, deferred, off, second       uint64
+	loopSwitches                          int
 	tcpCorrupt                            bool
 }
 
 // runReorderScenario runs the scenario; vanilla (a control) only runs the
 // traffic for the same steps, never enabling steering.
-func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, vanilla bool) reorderResult {
+func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, vanilla, loop bool) reorderResult {
 	var res reorderResult
 	rx := listen(t, tb, testbed.CtrB, "198.19.0.2:7100")
 	rx.SetReadBuffer(4 << 20)
@@ -406,6 +418,12 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		time.Sleep(150 * time.Millisecond) // traffic runs meanwhile; not synchronisation
 	}
 	step()
+	if loop {
+		// UDP reorders are tagged by the placement step they fall in:
+		// +5000 unpark, +6000 on, +7000 off, +8000 park (+0 placed).
+		codes := map[string]int32{"unpark": 5000, "on": 6000, "off": 7000, "park": 8000, "placed": 0}
+		res.loopSwitches = runLoopSwitches(t, tb, o, state, step, func(s string) { u.phase.Store(phase + codes[s]) })
+	}
 	if vanilla && o.FirstStage != "" {
 		// Control for the cpumap variant: enabled once, loads never
 		// published, so no stage ever changes CPU after enable.
@@ -415,6 +433,9 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		}
 	}
 	for round := range 3 {
+		if loop {
+			break
+		}
 		if vanilla {
 			for range 10 {
 				step()
@@ -581,4 +602,56 @@ func TestFirstStageCpumapOnTestbed(t *testing.T) {
 		t.Errorf("kernel state differs after disable:\nbefore %s\nafter  %s", before, after)
 	}
 	sendSeq(t, tx, rx, "198.19.0.2:7200", 100, 0)
+}
+
+// runLoopSwitches enables steering off and runs the closed loop with
+// scripted verdicts that alternate every 12 windows between the two
+// placements, so it parks, unparks, steers and backs off mid-flow, for 30
+// steps; then stops it and disables. It returns the loop's switches.
+func runLoopSwitches(t *testing.T, tb testbed.Config, o Options, state string, step func(), placing func(string)) int {
+	t.Helper()
+	o.Netns, o.CPUs, o.Threshold, o.AvgThreshold, o.Hysteresis, o.StateFile, o.StartOff = tb.NS(testbed.HostB), []int{0, 1}, 0.85, 0.85, 0.1, state, true
+	if _, err := Enable(o); err != nil {
+		t.Fatal(err)
+	}
+	var windows atomic.Int64
+	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: LoopOptions{BusyTask: 0.5,
+		LoopConfig: falcon.LoopConfig{Window: 40 * time.Millisecond, Settle: 5 * time.Millisecond, Interval: 80 * time.Millisecond,
+			MaxInterval: 80 * time.Millisecond, MinDwell: 80 * time.Millisecond, NoiseFloor: 0.03, Confirm: 2, MinRate: 1, LoadChange: 0.25}},
+		// The measurement is real traffic; which placement is better
+		// is the script's: steered for 12 windows, then off for 12.
+		shape: func(w falcon.Window) falcon.Window {
+			better := falcon.PlaceSteered
+			if windows.Add(1)/12%2 == 1 {
+				better = falcon.PlaceOff
+			}
+			rate := 100e3
+			if w.Placement == better {
+				rate = 150e3
+			}
+			w.Delivered, w.BusySeconds, w.Spare = rate*w.Seconds, w.Seconds, true
+			return w
+		},
+		placing: placing,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	for range 30 {
+		step()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("loop: %v", err)
+	}
+	ls, err := ReadLoopStatus(state)
+	if err != nil || ls == nil {
+		t.Fatalf("loop status: %v", err)
+	}
+	t.Logf("loop: %d switches, decisions %s", ls.Switches, ls.DecisionSummary())
+	if err := Disable(state); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	return ls.Switches
 }
