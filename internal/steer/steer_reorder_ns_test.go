@@ -387,7 +387,10 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 	// "<phase>/rps": RPS restored).
 	ofoByPhase := map[string]uint64{}
 	lastOFO := rx0["TCPOFOQueue"]
+	var sampleMu sync.Mutex // the loop's placing hook samples from its goroutine
 	sample := func(where string) {
+		sampleMu.Lock()
+		defer sampleMu.Unlock()
 		if rx, _ := mibs(); rx["TCPOFOQueue"] != lastOFO {
 			ofoByPhase[where] += rx["TCPOFOQueue"] - lastOFO
 			lastOFO = rx["TCPOFOQueue"]
@@ -422,7 +425,16 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		// UDP reorders are tagged by the placement step they fall in:
 		// +5000 unpark, +6000 on, +7000 off, +8000 park (+0 placed).
 		codes := map[string]int32{"unpark": 5000, "on": 6000, "off": 7000, "park": 8000, "placed": 0}
-		res.loopSwitches = runLoopSwitches(t, tb, o, state, step, func(s string) { u.phase.Store(phase + codes[s]) })
+		// TCP's out-of-order count is sampled at each step too, the
+		// count since the last sample going to the step that ended
+		// ("<phase>/<step>": the time since that step started).
+		last := "start"
+		res.loopSwitches = runLoopSwitches(t, tb, o, state, step, func(s string) {
+			ph := u.phase.Load() % 1000 // the step's number, written by step()
+			sample(fmt.Sprintf("%d/%s", ph, last))
+			last = s
+			u.phase.Store(ph + codes[s])
+		})
 	}
 	if vanilla && o.FirstStage != "" {
 		// Control for the cpumap variant: enabled once, loads never
