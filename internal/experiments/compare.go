@@ -83,7 +83,8 @@ type CompareOptions struct {
 	// application at normal priority) to the run.
 	Baseline bool
 	// Node is the receiving node's layout (ParseNode): the testbed
-	// (default), or a fresh Flannel-, Calico- or Docker-shaped node.
+	// (default), a fresh Flannel-, Calico- or Docker-shaped node, or a
+	// real Docker swarm node (swarm).
 	Node string
 }
 
@@ -236,7 +237,13 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		if err := tb.Validate(); err != nil {
 			return nil, err
 		}
-		if tgt, cleanup, err = nodeTarget(node, tb, o.Progress); err != nil {
+		build := nodeTarget
+		if node == NodeSwarm {
+			build = func(_ string, cpus testbed.Config, w io.Writer) (compareTarget, func() error, error) {
+				return swarmTarget(ctx, cpus, w)
+			}
+		}
+		if tgt, cleanup, err = build(node, tb, o.Progress); err != nil {
 			return nil, err
 		}
 		if tgt.queueRefused != "" && slices.Contains(modes, ModeLanesQueue) {
