@@ -200,7 +200,7 @@ func (s *Swarm) logf(format string, args ...any) {
 // node's joining it, the image imported on both, an attachable overlay
 // network, the sender container on the remote and opts.Containers on the
 // node. It returns when the sender's host knows every node container on
-// the overlay. On an error, everything built so far is removed.
+// the overlay and the node is quiet (settle). On an error, everything built so far is removed.
 func Up(ctx context.Context, o SwarmOptions) (*Swarm, error) {
 	if o.Prefix == "" {
 		o.Prefix = "rxsw"
@@ -297,7 +297,10 @@ func (s *Swarm) up(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	if s.Sandbox == "" {
+		return nil
+	}
+	return s.settle(ctx)
 }
 
 // newEngine lays out an engine's directories and creates its host's
@@ -764,7 +767,7 @@ func (s *Swarm) RemoveContainer(ctx context.Context, name string) error {
 // refused in swarm mode): the containers, their namespaces and the
 // overlay's sandbox are made anew; the sandbox keeps its file name
 // (1-<id>: the epoch counts from 1 in each daemon run). Containers and
-// Sandbox are updated.
+// Sandbox are updated; it returns when the node is quiet again (settle).
 func (s *Swarm) RestartNode(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -807,7 +810,75 @@ func (s *Swarm) RestartNode(ctx context.Context) error {
 			time.Sleep(100 * time.Millisecond) // polls the restarted container with a deadline
 		}
 	}
-	return s.readVNI()
+	if err := s.readVNI(); err != nil {
+		return err
+	}
+	return s.settle(ctx)
+}
+
+// settle waits until the node is quiet: dockerd goes on after its
+// containers run (the gateway bridge's endpoints, iptables chains such as
+// DOCKER-USER, the sandbox's load balancer endpoint). Quiet is the same
+// fingerprint of the node's namespaces (devices, their flags and masters,
+// addresses, iptables-save) for a second, polled every 100 ms, within 60 s.
+func (s *Swarm) settle(ctx context.Context) error {
+	const quiet = 10
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	same := 0
+	for {
+		fp, err := s.fingerprint()
+		if err == nil && fp == last {
+			same++
+			if same >= quiet {
+				return nil
+			}
+		} else {
+			same, last = 0, fp
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the node did not settle in 60s (last: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond) // polls the node's state with a deadline
+	}
+}
+
+// fingerprint is a summary of the node's host namespace and sandbox.
+func (s *Swarm) fingerprint() (string, error) {
+	var b strings.Builder
+	for _, ns := range []string{s.Node.Netns, s.Sandbox} {
+		err := netns.Do(ns, false, func() error {
+			links, err := netlink.LinkList()
+			if err != nil {
+				return err
+			}
+			for _, l := range links {
+				a := l.Attrs()
+				fmt.Fprintf(&b, "%s %v %d %d\n", a.Name, a.Flags, a.MasterIndex, a.MTU)
+			}
+			addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+			if err != nil {
+				return err
+			}
+			for _, a := range addrs {
+				fmt.Fprintf(&b, "%s %d\n", a.IPNet, a.LinkIndex)
+			}
+			out, err := exec.Command("iptables-save").Output()
+			if err != nil {
+				return fmt.Errorf("iptables-save: %w", err)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				if !strings.HasPrefix(l, "#") {
+					b.WriteString(l + "\n")
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return b.String(), nil
 }
 
 // Close removes everything Up made, in the reverse order, and may be
@@ -869,7 +940,9 @@ func (s *Swarm) Close() error {
 	}
 	for i := len(s.madeRunCD) - 1; i >= 0; i-- {
 		// Only if empty: another containerd may have come since.
-		if err := os.Remove(s.madeRunCD[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(s.madeRunCD[i]); errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			// Another containerd's shims use it now: theirs to keep.
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove %s: %w", s.madeRunCD[i], err))
 			continue
 		}
@@ -991,9 +1064,12 @@ func (e *Engine) removeCgroups() error {
 
 type mount struct{ point, fstype string }
 
-// mounts are the caller's mount namespace's mounts, from mountinfo.
+// mounts are the calling thread's mount namespace's mounts, from
+// mountinfo: the thread's own, not the process leader's (/proc/self),
+// which may be a thread left in a private mount namespace (netns.Do with
+// sysfs).
 func mounts() []mount {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil
 	}
