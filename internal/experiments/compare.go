@@ -586,7 +586,9 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "high-priority flow: %s request/response over the overlay, %d B, %.0f req/s (%s prober), %.0fs x %d reps (%s); lane rule: %s\n",
 		o.Proto, o.Size, o.RatePerSec, o.Prober, o.DurationS, o.Reps, r.Order, r.Rule)
-	if r.Node != "" && r.Node != NodeTestbed {
+	if r.Node == NodeSwarm {
+		fmt.Fprintf(w, "node: a real Docker swarm node, brought up fresh (two dockerd in namespaces joined by a veth wire, an attachable overlay network; flow from the remote host's container, flood injected on its wire, to the node's container; lane in the overlay's sandbox)\n")
+	} else if r.Node != "" && r.Node != NodeTestbed {
 		fmt.Fprintf(w, "node: %s-shaped, built fresh (one pod, a remote host on a veth wire; flow and flood from the remote to the pod)\n", r.Node)
 	}
 	fmt.Fprintf(w, "%s\n%s", bench.LayoutLine(r.Testbed), bench.AppSchedLine(o.AppSched))
