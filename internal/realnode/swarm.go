@@ -219,6 +219,17 @@ func Up(ctx context.Context, o SwarmOptions) (*Swarm, error) {
 	return s, nil
 }
 
+// swarmTestHook, when set by a test, runs at each step of Up and fails
+// it with its error.
+var swarmTestHook func(step string) error
+
+func (s *Swarm) step(name string) error {
+	if swarmTestHook != nil {
+		return swarmTestHook(name)
+	}
+	return nil
+}
+
 func (s *Swarm) name(suffix string) string { return s.opts.Prefix + s.ID + "-" + suffix }
 
 func (s *Swarm) up(ctx context.Context) error {
@@ -276,6 +287,9 @@ func (s *Swarm) up(ctx context.Context) error {
 		}
 	}
 	s.logf("swarm of %s (manager) and %s (worker)", s.Remote.SwarmNodeID, s.Node.SwarmNodeID)
+	if err := s.step("network"); err != nil {
+		return err
+	}
 	s.Network = s.name("ov")
 	id, err := s.Remote.Docker(ctx, nil, "network", "create", "-d", "overlay", "--attachable", "--subnet", s.opts.Subnet.String(), s.Network)
 	if err != nil {
@@ -286,6 +300,9 @@ func (s *Swarm) up(ctx context.Context) error {
 		return err
 	}
 	if s.RemoteSandbox, err = s.sandboxOf(ctx, s.Remote); err != nil {
+		return err
+	}
+	if err := s.step("containers"); err != nil {
 		return err
 	}
 	n := s.opts.Containers

@@ -166,6 +166,36 @@ func TestSwarmUpClose(t *testing.T) {
 	}
 }
 
+// TestSwarmCloseAfterFailedUp fails Up once its daemons run, in a swarm,
+// with the sender container up (before the node's containers): Up removes
+// everything it made, and the machine is as it was.
+func TestSwarmCloseAfterFailedUp(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	if m := MissingBinaries(); len(m) > 0 {
+		t.Skipf("skipping: %s not installed (scripts/setup-docker installs Debian's docker.io)", strings.Join(m, ", "))
+	}
+	before := hostState(t)
+	boom := errors.New("injected failure")
+	swarmTestHook = func(step string) error {
+		if step == "containers" {
+			return boom
+		}
+		return nil
+	}
+	defer func() { swarmTestHook = nil }()
+	s, err := Up(context.Background(), SwarmOptions{})
+	if s != nil || !errors.Is(err, boom) {
+		t.Fatalf("Up: %v, %v; want the injected failure", s, err)
+	}
+	if after := hostState(t); after != before {
+		t.Errorf("a failed Up left the machine changed:\n%s", diffLines(before, after))
+	}
+	ps, err := exec.Command("pgrep", "-f", "rxsw[0-9a-f]{8}/").Output()
+	if len(bytes.TrimSpace(ps)) > 0 {
+		t.Errorf("processes of a swarm left: %s (%v)", ps, err)
+	}
+}
+
 // TestSwarmLanesAndSteering proves rxlane's lanes on the real swarm node, in the
 // overlay network's sandbox as an operator enables them (--netns
 // <exec root>/netns/1-<id>):
