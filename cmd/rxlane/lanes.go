@@ -404,6 +404,12 @@ the NAPI of new containers' veths. Prints one line per sync (--json: one
 JSON object per line). Stops on Ctrl-C or SIGTERM, or when the lane is
 disabled; the lane itself keeps running either way.
 
+When the namespace file is remade (a new namespace at the same path:
+Docker makes an overlay's sandbox <exec-root>/netns/1-<id> anew when
+dockerd restarts), the lane went with the old namespace: watch removes its
+record and enables the lane again in the new one, with the same mode and
+flags, as soon as it has a VXLAN device.
+
 Examples:
   rxlane lanes watch --netns rxl-hostB
   rxlane lanes watch --netns rxl-hostB --every 30s --json`,

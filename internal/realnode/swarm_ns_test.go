@@ -212,10 +212,11 @@ func TestSwarmCloseAfterFailedUp(t *testing.T) {
 //   - steering (internal/steer) enabled on the sandbox changes the node
 //     (tc on the host's underlay, RPS masks), both flows still arrive
 //     intact, and disable restores the node exactly;
-//   - dockerd restarted under traffic: the engine remakes the sandbox
-//     (swarm mode refuses --live-restore), the lane's record says its
-//     namespace is gone, disable is clean, and enable on the new sandbox
-//     serves the flow again and is undone exactly.
+//   - dockerd restarted under traffic with lanes watch running: the
+//     engine remakes the sandbox (swarm mode refuses --live-restore), the
+//     watch moves the lane to the new sandbox by itself, the
+//     high-priority flow is served by it again, and disable leaves
+//     nothing (enable/disable there restores it exactly).
 func TestSwarmLanesAndSteering(t *testing.T) {
 	s := upSwarm(t, SwarmOptions{})
 	ctx := context.Background()
@@ -438,6 +439,33 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// lanes watch runs through the restart.
+		wctx, cancel := context.WithCancel(ctx)
+		var mu sync.Mutex
+		var errs []string
+		done := make(chan error, 1)
+		go func() {
+			done <- lanes.Watch(wctx, opts, lanes.WatchOptions{Settle: 100 * time.Millisecond, NetnsCheck: 200 * time.Millisecond},
+				func() (*policy.Set, error) { return &rules, nil },
+				func(_ lanes.Topology, err error) {
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err.Error())
+						mu.Unlock()
+					}
+				})
+		}()
+		stopWatch := func() {
+			if cancel == nil {
+				return
+			}
+			cancel()
+			cancel = nil
+			if err := <-done; err != nil {
+				t.Errorf("watch: %v", err)
+			}
+		}
+		defer stopWatch()
 		// Traffic to c1 all through the restart (bounded in time).
 		tx := listenUDP(t, s.Sender.Netns, 0)
 		stop := make(chan struct{})
@@ -471,26 +499,45 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		if newRef.Same(oldRef) {
 			t.Fatal("the sandbox survived the restart: expected dockerd to make it anew")
 		}
-		r, err := lanes.DisableReport(opts)
-		if err != nil {
-			t.Fatalf("disable after the restart: %v", err)
+		// The watch moves the lane to the new sandbox.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st, err := lanes.LoadState(opts.StateFile)
+			if err == nil && st != nil && st.Committed && st.NetnsIno == newRef.Ino {
+				break
+			}
+			if time.Now().After(deadline) {
+				mu.Lock()
+				t.Fatalf("lanes watch did not enable the lane in the new sandbox in 30s (record %+v, %v); its errors: %q", st, err, errs)
+			}
+			time.Sleep(50 * time.Millisecond) // polls the lane's record with a deadline
 		}
-		if !r.NetnsGone {
-			t.Fatalf("disable after the restart: %+v, want the recorded namespace gone", r)
-		}
-		opts.SkipNetfilter = false
-		before := nodeSnapshot(t, s)
-		if strings.Contains(before, " filter ") {
-			t.Fatalf("a tc filter in the new sandbox before enable:\n%s", before)
-		}
-		enable()
 		const n = 100
 		hi, tx2 := listenUDP(t, c1.Netns, 7000), listenUDP(t, s.Sender.Netns, 0)
 		st0 := stats()
+		tx0 := linkTx(t, s.Sandbox, c1.HostDev)
 		sendUDP(t, tx2, hi, netip.AddrPortFrom(c1.Addr, 7000), n)
 		if d := stats().Rules[0].Packets - st0.Rules[0].Packets; d != n {
 			t.Fatalf("after the restart: the rule counted %d, want %d", d, n)
 		}
+		if d := linkTx(t, s.Sandbox, c1.HostDev) - tx0; d > 5 {
+			t.Fatalf("after the restart: %s transmitted %d packets of the high-priority flow", c1.HostDev, d)
+		}
+		mu.Lock()
+		t.Logf("watch reports while the sandbox was remade: %q", errs)
+		mu.Unlock()
+		stopWatch()
+		if err := lanes.Disable(opts); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing of the lane is left in the new sandbox, and enable
+		// and disable there restore it exactly.
+		before := nodeSnapshot(t, s)
+		if strings.Contains(before, " filter ") || strings.Contains(before, "qdisc clsact") {
+			t.Fatalf("the lane left a tc filter or clsact in the new sandbox:\n%s", before)
+		}
+		enable()
+		sendUDP(t, tx2, hi, netip.AddrPortFrom(c1.Addr, 7000), 10)
 		if err := lanes.Disable(opts); err != nil {
 			t.Fatal(err)
 		}
