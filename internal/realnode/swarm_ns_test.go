@@ -424,7 +424,9 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		} else {
 			t.Logf("veth stage: %v", err)
 		}
-		steer.Disable(state2)
+		if err := steer.Disable(state2); err != nil {
+			t.Fatalf("disable after the refused veth stage: %v", err)
+		}
 		if after := nodeSnapshot(t, s); after != before {
 			t.Fatalf("the node changed by a refused steer enable:\n%s", diffLines(before, after))
 		}
