@@ -73,7 +73,13 @@ offloads them), enable says so and --trust-outer-csum takes them
 unverified. On a Flannel or Calico node
 the pods are routed (--skip-netfilter: the lane skips netfilter FORWARD,
 where Calico enforces NetworkPolicy); on a
-Docker overlay network give --netns /var/run/docker/netns/1-<id>.
+Docker overlay network give the network's sandbox namespace:
+--netns <exec-root>/netns/1-<id> (/var/run/docker/netns/1-<id> by default;
+a dockerd started with --exec-root DIR keeps it in DIR/netns). The
+containers behind the sandbox's bridge are read in their own namespaces,
+which rxlane finds in /run/netns, /var/run/docker/netns, the exec root of
+every running dockerd (its --exec-root, or "exec-root" in its
+--config-file) and the directories in $RXLANE_DOCKER_NETNS (colon-separated).
 
 Endpoints are read when the lane is enabled; keep 'rxlane lanes watch'
 running to follow pods that start or stop later. Rules can change while
@@ -397,6 +403,12 @@ the rules of the state file at that moment; in queue mode it also turns on
 the NAPI of new containers' veths. Prints one line per sync (--json: one
 JSON object per line). Stops on Ctrl-C or SIGTERM, or when the lane is
 disabled; the lane itself keeps running either way.
+
+When the namespace file is remade (a new namespace at the same path:
+Docker makes an overlay's sandbox <exec-root>/netns/1-<id> anew when
+dockerd restarts), the lane went with the old namespace: watch removes its
+record and enables the lane again in the new one, with the same mode and
+flags, as soon as it has a VXLAN device.
 
 Examples:
   rxlane lanes watch --netns rxl-hostB

@@ -50,8 +50,11 @@ Bridged VXLAN (the testbed) and routed VXLAN (Flannel's flannel.1 -> cni0,
 Calico's vxlan.calico -> cali*) are discovered from the kernel, every VXLAN
 device of the namespace at once (a dual-stack node's IPv4 and IPv6
 devices); inner IPv4 and IPv6 flows are steered. Docker's overlay: enable
-each network's sandbox (--netns /var/run/docker/netns/1-<id>) on its own;
-the instances share the host's underlay, each steering its own tunnel.
+each network's sandbox (--netns <exec-root>/netns/1-<id>: /var/run/docker
+by default, a dockerd's --exec-root otherwise) on its own; the instances
+share the host's underlay, each steering its own tunnel. Containers'
+namespaces are found in the exec roots of running dockerd processes and
+in $RXLANE_DOCKER_NETNS (colon-separated directories).
 
 An in-flight guard changes a flow's stage CPU only when none of its packets
 is still queued on the old CPU, so choices may change (second choice, load

@@ -83,7 +83,8 @@ type CompareOptions struct {
 	// application at normal priority) to the run.
 	Baseline bool
 	// Node is the receiving node's layout (ParseNode): the testbed
-	// (default), or a fresh Flannel-, Calico- or Docker-shaped node.
+	// (default), a fresh Flannel-, Calico- or Docker-shaped node, or a
+	// real Docker swarm node (swarm).
 	Node string
 }
 
@@ -236,7 +237,13 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		if err := tb.Validate(); err != nil {
 			return nil, err
 		}
-		if tgt, cleanup, err = nodeTarget(node, tb, o.Progress); err != nil {
+		build := nodeTarget
+		if node == NodeSwarm {
+			build = func(_ string, cpus testbed.Config, w io.Writer) (compareTarget, func() error, error) {
+				return swarmTarget(ctx, cpus, w)
+			}
+		}
+		if tgt, cleanup, err = build(node, tb, o.Progress); err != nil {
 			return nil, err
 		}
 		if tgt.queueRefused != "" && slices.Contains(modes, ModeLanesQueue) {
@@ -579,7 +586,9 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "high-priority flow: %s request/response over the overlay, %d B, %.0f req/s (%s prober), %.0fs x %d reps (%s); lane rule: %s\n",
 		o.Proto, o.Size, o.RatePerSec, o.Prober, o.DurationS, o.Reps, r.Order, r.Rule)
-	if r.Node != "" && r.Node != NodeTestbed {
+	if r.Node == NodeSwarm {
+		fmt.Fprintf(w, "node: a real Docker swarm node, brought up fresh (two dockerd in namespaces joined by a veth wire, an attachable overlay network; flow from the remote host's container, flood injected on its wire, to the node's container; lane in the overlay's sandbox)\n")
+	} else if r.Node != "" && r.Node != NodeTestbed {
 		fmt.Fprintf(w, "node: %s-shaped, built fresh (one pod, a remote host on a veth wire; flow and flood from the remote to the pod)\n", r.Node)
 	}
 	fmt.Fprintf(w, "%s\n%s", bench.LayoutLine(r.Testbed), bench.AppSchedLine(o.AppSched))

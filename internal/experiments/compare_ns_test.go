@@ -105,13 +105,13 @@ func TestCompareRun(t *testing.T) {
 }
 
 // TestCompareOnNodes runs the comparison on fresh Flannel-, Calico- and
-// Docker-shaped nodes (--node): every high-priority request is answered
-// in every case, the lane serves the flow (lanes-sync counts its packets),
+// Docker-shaped nodes and a real Docker swarm node (--node): every
+// high-priority request is answered in every case, the lane serves the flow (lanes-sync counts its packets),
 // the flood reaches the pod's sink, lanes-queue is refused on Docker with
 // the reason, and no namespace of the node is left afterwards.
 func TestCompareOnNodes(t *testing.T) {
 	testbedtest.RequireRoot(t)
-	for _, kind := range []string{"flannel", "calico", "docker"} {
+	for _, kind := range []string{"flannel", "calico", "docker", "swarm"} {
 		t.Run(kind, func(t *testing.T) {
 			before, _ := os.ReadDir("/run/netns")
 			c := testbed.Defaults()
@@ -119,7 +119,7 @@ func TestCompareOnNodes(t *testing.T) {
 			co := CompareOptions{Node: kind, Latency: bench.LatencyOptions{Testbed: c, Reps: 1, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 				Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64, BgRate: 1, BgSize: 64, BgFlows: 1, BgProto: "udp", AppSched: bench.AppSchedNice},
 				BgRates: []float64{20000}, Modes: []string{ModeVanilla, ModeLanes}}
-			if kind == "docker" {
+			if kind == "docker" || kind == "swarm" {
 				q := co
 				q.Modes = []string{ModeVanilla, ModeLanesQueue}
 				if _, err := Compare(context.Background(), q); err == nil || !strings.Contains(err.Error(), "refused on Docker") {

@@ -22,13 +22,18 @@ import (
 // Docker-shaped receiving nodes, built fresh for the run.
 const NodeTestbed = "testbed"
 
+// NodeSwarm is `bench compare --node swarm`: a real Docker engine, two
+// daemons in a swarm with an attachable overlay network, in namespaces
+// (internal/realnode).
+const NodeSwarm = "swarm"
+
 // NodeKinds are the values of `bench compare --node`.
 func NodeKinds() []string {
 	out := []string{NodeTestbed}
 	for _, k := range nodes.Kinds() {
 		out = append(out, string(k))
 	}
-	return out
+	return append(out, NodeSwarm)
 }
 
 // ParseNode checks a --node value.
@@ -36,6 +41,9 @@ func ParseNode(s string) (string, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	if s == "" || s == NodeTestbed {
 		return NodeTestbed, nil
+	}
+	if s == NodeSwarm {
+		return NodeSwarm, nil
 	}
 	k, err := nodes.ParseKind(s)
 	if err != nil {
@@ -49,11 +57,16 @@ func ParseNode(s string) (string, error) {
 // the background frame, and the CPUs of the testbed configuration's layout
 // (receive stages on RxCPU, senders and applications on AppCPU).
 type nodeEnv struct {
-	n     *nodes.Node
-	pod   nodes.Pod
-	dst   netip.Addr
-	frame bench.FrameSpec
-	cpus  testbed.Config
+	kind string
+	// netns is the receiving host's namespace; remote and remoteDev the
+	// sending host's and its wire device (the background injector's);
+	// probeNetns where the prober runs (the remote host, or a container
+	// on it).
+	netns, remote, remoteDev, probeNetns string
+	pod                                  nodes.Pod
+	dst                                  netip.Addr
+	frame                                bench.FrameSpec
+	cpus                                 testbed.Config
 }
 
 // nodeTarget builds a fresh node of kind with the nic layout's wire
@@ -109,7 +122,7 @@ func newNodeEnv(n *nodes.Node, cpus testbed.Config) (*nodeEnv, error) {
 	if len(n.Pods) == 0 || len(n.Tunnels) == 0 {
 		return nil, errors.New("the node has no pod or no tunnel")
 	}
-	e := &nodeEnv{n: n, pod: n.Pods[0], cpus: cpus}
+	e := &nodeEnv{kind: string(n.Kind), netns: n.Netns, remote: n.Remote, remoteDev: n.Wire.RemoteDev, probeNetns: n.Remote, pod: n.Pods[0], cpus: cpus}
 	tn := n.Tunnels[0]
 	first4 := func(as []netip.Addr) netip.Addr {
 		for _, a := range as {
@@ -162,7 +175,7 @@ func newNodeEnv(n *nodes.Node, cpus testbed.Config) (*nodeEnv, error) {
 func (e *nodeEnv) runCase(ctx context.Context, o bench.LatencyOptions, load string) (bench.RepResult, error) {
 	var res bench.RepResult
 	if o.Prober == "sockperf" || o.BgProto == "tcp" {
-		return res, fmt.Errorf("node %s: only the built-in UDP prober and UDP background run off the testbed", e.n.Kind)
+		return res, fmt.Errorf("node %s: only the built-in UDP prober and UDP background run off the testbed", e.kind)
 	}
 	apps, senders := e.cpus.AppCPUs(), e.cpus.SenderCPUs()
 	addr := func(port int) string { return netip.AddrPortFrom(e.dst, uint16(port)).String() }
@@ -183,7 +196,7 @@ func (e *nodeEnv) runCase(ctx context.Context, o bench.LatencyOptions, load stri
 		if err != nil {
 			return res, err
 		}
-		inj, err = bench.StartAgentAt(e.n.Remote, senders, bench.AgentArgs{Role: "inject", Dev: e.n.Wire.RemoteDev, Frame: string(spec),
+		inj, err = bench.StartAgentAt(e.remote, senders, bench.AgentArgs{Role: "inject", Dev: e.remoteDev, Frame: string(spec),
 			Size: o.BgSize, Rate: o.BgRate, Flows: o.BgFlows, Duration: o.Duration + 5*time.Second, Sched: o.BgSched})
 		if err != nil {
 			return res, err
@@ -194,7 +207,7 @@ func (e *nodeEnv) runCase(ctx context.Context, o bench.LatencyOptions, load stri
 	if err != nil {
 		return res, err
 	}
-	probe, err := bench.StartAgentAt(e.n.Remote, senders, bench.ProbeArgs(o, addr(bench.EchoPort)))
+	probe, err := bench.StartAgentAt(e.probeNetns, senders, bench.ProbeArgs(o, addr(bench.EchoPort)))
 	if err != nil {
 		return res, err
 	}
@@ -214,10 +227,10 @@ func (e *nodeEnv) runCase(ctx context.Context, o bench.LatencyOptions, load stri
 // pod's).
 func (e *nodeEnv) sample() (bench.Sample, error) {
 	s := bench.Sample{Links: map[string]testbed.DropCounters{}}
-	if err := testbed.LinkDropsAt(e.n.Netns, "", s.Links); err != nil {
+	if err := testbed.LinkDropsAt(e.netns, "", s.Links); err != nil {
 		return s, err
 	}
-	if e.pod.HostNetns != e.n.Netns { // Docker: the sandbox's bridge, vxlan0 and veths
+	if e.pod.HostNetns != e.netns { // Docker: the sandbox's bridge, vxlan0 and veths
 		if err := testbed.LinkDropsAt(e.pod.HostNetns, "", s.Links); err != nil {
 			return s, err
 		}

@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/policy"
 )
@@ -24,6 +26,9 @@ type WatchOptions struct {
 	// Every re-syncs also without events (a safety net for events lost to
 	// a full netlink socket buffer); 0 disables it.
 	Every time.Duration
+	// NetnsCheck is how often the lane's namespace file is checked for
+	// being remade (a new namespace at the same path); 0 means a second.
+	NetnsCheck time.Duration
 	// FollowUps are further syncs after each settled burst of events, at
 	// these delays after the first: a CNI plugin gives the pod its
 	// address inside the pod's namespace, where no event of ours sees it
@@ -43,17 +48,102 @@ var DefaultFollowUps = []time.Duration{500 * time.Millisecond, 2 * time.Second, 
 // returns at that moment. report is called after every sync. Watch
 // returns when ctx ends (nil), when the lane is disabled (ErrNotEnabled),
 // or when it cannot listen.
+//
+// A namespace file that is remade (a new namespace at the same path:
+// Docker makes an overlay network's sandbox, <exec root>/netns/1-<id>,
+// anew when dockerd restarts, since a swarm engine cannot keep its
+// containers) takes the lane with the old namespace. Watch notices it
+// (the file's inode is checked every WatchOptions.NetnsCheck), removes
+// the lane's record (Disable: the namespace is gone), waits for the path
+// to hold a namespace with a VXLAN device again and enables the lane
+// there with the recorded mode, --skip-netfilter, --trust-outer-csum and
+// device, and goes on watching it. report is called with each attempt's
+// error.
 func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*policy.Set, error), report func(Topology, error)) error {
 	if wo.Settle <= 0 {
 		wo.Settle = 200 * time.Millisecond
 	}
-	st, err := loadState(o.StateFile)
-	if err != nil {
-		return err
+	if wo.NetnsCheck <= 0 {
+		wo.NetnsCheck = time.Second
 	}
-	if st == nil {
-		return ErrNotEnabled
+	for {
+		st, err := loadState(o.StateFile)
+		if err != nil {
+			return err
+		}
+		if st == nil {
+			return ErrNotEnabled
+		}
+		err = watchNetns(ctx, o, wo, st, loadRules, report)
+		if !errors.Is(err, errNetnsReplaced) {
+			return err
+		}
+		if err := followNetns(ctx, o, wo, st, loadRules, report); err != nil {
+			return err
+		}
 	}
+}
+
+// errNetnsReplaced: the lane's namespace file now holds another namespace,
+// or none.
+var errNetnsReplaced = errors.New("the lane's namespace was replaced")
+
+// sameNetns says whether the namespace file path is still the namespace
+// of the open handle ns.
+func sameNetns(path string, ns netns.NsHandle) bool {
+	var a, b unix.Stat_t
+	if unix.Stat(path, &a) != nil || unix.Fstat(int(ns), &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// followNetns moves the lane to the new namespace at its path: the
+// record of the old one is removed, and the lane is enabled again, with
+// the recorded options, once the path holds a namespace with a VXLAN
+// device (polled every wo.NetnsCheck until ctx ends).
+func followNetns(ctx context.Context, o Options, wo WatchOptions, st *State, loadRules func() (*policy.Set, error), report func(Topology, error)) error {
+	nsPath := cmp.Or(o.Netns, st.Netns)
+	locked := wo.Locked
+	if locked == nil {
+		locked = func(fn func() error) error { return fn() }
+	}
+	if err := locked(func() error { _, err := DisableReport(Options{Netns: nsPath, StateFile: o.StateFile}); return err }); err != nil {
+		report(Topology{}, fmt.Errorf("namespace %s was replaced; removing the old lane's record: %w", nsPath, err))
+	}
+	eo := o
+	eo.Netns, eo.Mode, eo.SkipNetfilter, eo.TrustOuterCsum = nsPath, st.Mode, st.SkipNetfilter, st.TrustOuterCsum
+	if st.Device != "" {
+		eo.Device = st.Device
+	}
+	t := time.NewTicker(wo.NetnsCheck)
+	defer t.Stop()
+	for {
+		var topo Topology
+		err := locked(func() error {
+			rules, err := loadRules()
+			if err == nil {
+				topo, err = Enable(eo, rules)
+			}
+			return err
+		})
+		if err == nil {
+			report(topo, nil)
+			return nil
+		}
+		report(Topology{}, fmt.Errorf("namespace %s was replaced; enabling the lane there: %w", nsPath, err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// watchNetns is Watch on the lane's current namespace; it returns
+// errNetnsReplaced when the namespace file no longer holds it.
+func watchNetns(ctx context.Context, o Options, wo WatchOptions, st *State, loadRules func() (*policy.Set, error), report func(Topology, error)) error {
+	var err error
 	nsPath := st.Netns
 	if o.Netns != "" {
 		nsPath = o.Netns
@@ -67,6 +157,12 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 		return err
 	}
 	defer ns.Close()
+	if nsPath != "" && st.NetnsIno != 0 {
+		var fi unix.Stat_t
+		if err := unix.Fstat(int(ns), &fi); err == nil && fi.Ino != st.NetnsIno {
+			return errNetnsReplaced // remade since the lane was enabled
+		}
+	}
 
 	done := make(chan struct{})
 	defer close(done)
@@ -88,6 +184,12 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 	}
 	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
 		return fmt.Errorf("listen to route events: %w", err)
+	}
+	var check <-chan time.Time
+	if nsPath != "" {
+		t := time.NewTicker(wo.NetnsCheck)
+		defer t.Stop()
+		check = t.C
 	}
 	followUps := wo.FollowUps
 	if followUps == nil {
@@ -173,6 +275,10 @@ func Watch(ctx context.Context, o Options, wo WatchOptions, loadRules func() (*p
 		case <-every:
 			if err := sync(); err != nil {
 				return err
+			}
+		case <-check:
+			if !sameNetns(nsPath, ns) {
+				return errNetnsReplaced
 			}
 		}
 	}

@@ -89,7 +89,9 @@ func (p *pods) read(l netlink.Link) (*podSide, error) {
 // NetnsIDs maps the IDs the calling thread's namespace gives other
 // namespaces (IFLA_LINK_NETNSID) to their files, among the directories
 // where ip netns, Kubernetes' CNI (cni-<id>) and Docker keep them, and the
-// host's own namespace, which has no file there.
+// host's own namespace, which has no file there. Docker's directories
+// are those of every running dockerd's exec root and $RXLANE_DOCKER_NETNS
+// (netnsDirs).
 func NetnsIDs() map[int]string {
 	ids := map[int]string{}
 	add := func(p string) {
@@ -105,7 +107,7 @@ func NetnsIDs() map[int]string {
 		}
 	}
 	seen := map[string]bool{}
-	for _, dir := range netnsDirs {
+	for _, dir := range netnsDirs() {
 		real, err := filepath.EvalSymlinks(dir)
 		if err != nil || seen[real] {
 			continue // absent, or the same directory under another name

@@ -22,11 +22,6 @@ type PeerOffload struct {
 	Prev    bool            `json:"prev"`
 }
 
-// netnsDirs are where named namespaces live: ip netns and Kubernetes' CNI
-// (cni-<id>) under /run/netns or /var/run/netns (one directory where
-// /var/run links to /run), Docker under its own directory.
-var netnsDirs = []string{"/run/netns", "/var/run/netns", "/var/run/docker/netns"}
-
 // PeerNetns finds the namespace file of a veth's peer: the namespace whose
 // ID, as seen from the calling thread's namespace, is the link's
 // IFLA_LINK_NETNSID. It looks where ip netns, CNI and Docker keep their
@@ -35,7 +30,7 @@ func PeerNetns(nsid int) (string, error) {
 	if p, ok := NetnsIDs()[nsid]; ok {
 		return p, nil
 	}
-	return "", fmt.Errorf("no namespace file for netns id %d in %v or %s", nsid, netnsDirs, initNetns)
+	return "", fmt.Errorf("no namespace file for netns id %d in %v or %s", nsid, netnsDirs(), initNetns)
 }
 
 // initNetns is the namespace of the first process: the host's.
@@ -60,7 +55,7 @@ func VethPeerDo(l netlink.Link, ids map[int]string, fn func(peer netlink.Link) e
 	if a.NetNsID >= 0 {
 		var ok bool
 		if ns, ok = ids[a.NetNsID]; !ok {
-			return "", fmt.Errorf("no namespace file for netns id %d (peer of %s) in %v or %s", a.NetNsID, a.Name, netnsDirs, initNetns)
+			return "", fmt.Errorf("no namespace file for netns id %d (peer of %s) in %v or %s", a.NetNsID, a.Name, netnsDirs(), initNetns)
 		}
 	}
 	err := netns.Do(ns, false, func() error {

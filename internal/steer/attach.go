@@ -313,6 +313,14 @@ func restoreRPS(cs []RPSChange) error {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil // device gone
 			}
+			if err != nil {
+				// Nothing to restore when the mask is still the
+				// recorded one: a write that failed at enable (a
+				// container's read-only sysfs) after it was journaled.
+				if cur, rerr := os.ReadFile(p); rerr == nil && strings.TrimSpace(string(cur)) == strings.TrimSpace(c.Prev) {
+					return nil
+				}
+			}
 			return err
 		})
 		if err != nil && !errors.Is(err, errNoNetns) {
