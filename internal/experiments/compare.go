@@ -18,6 +18,7 @@ import (
 	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/realnode"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
 
@@ -83,7 +84,8 @@ type CompareOptions struct {
 	// application at normal priority) to the run.
 	Baseline bool
 	// Node is the receiving node's layout (ParseNode): the testbed
-	// (default), or a fresh Flannel-, Calico- or Docker-shaped node.
+	// (default), a fresh Flannel-, Calico- or Docker-shaped node, or a
+	// real Flannel node (NodeFlanneld).
 	Node string
 }
 
@@ -126,8 +128,8 @@ type Goal struct {
 type CompareReport struct {
 	Version int       `json:"version"`
 	Started time.Time `json:"started"`
-	// Node is the receiving node's layout: testbed, flannel, calico or
-	// docker (--node). Off the testbed, Testbed holds only the CPU
+	// Node is the receiving node's layout: testbed, flannel, calico,
+	// docker or flanneld (--node). Off the testbed, Testbed holds only the CPU
 	// layout (layout, rx_cpu, app_cpu) the node was run with.
 	Node    string            `json:"node"`
 	Testbed testbed.Config    `json:"testbed"`
@@ -579,7 +581,9 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "high-priority flow: %s request/response over the overlay, %d B, %.0f req/s (%s prober), %.0fs x %d reps (%s); lane rule: %s\n",
 		o.Proto, o.Size, o.RatePerSec, o.Prober, o.DurationS, o.Reps, r.Order, r.Rule)
-	if r.Node != "" && r.Node != NodeTestbed {
+	if r.Node == NodeFlanneld {
+		fmt.Fprintf(w, "node: real Flannel (flanneld %s, VXLAN backend, etcd; one pod plugged by the flannel CNI, a remote flanneld host on a veth wire; flow and flood from the remote to the pod)\n", realnode.FlannelVersion)
+	} else if r.Node != "" && r.Node != NodeTestbed {
 		fmt.Fprintf(w, "node: %s-shaped, built fresh (one pod, a remote host on a veth wire; flow and flood from the remote to the pod)\n", r.Node)
 	}
 	fmt.Fprintf(w, "%s\n%s", bench.LayoutLine(r.Testbed), bench.AppSchedLine(o.AppSched))
@@ -645,7 +649,9 @@ func (r *CompareReport) WritePlot(file string) error {
 		panels = append(panels, p)
 	}
 	where := ""
-	if r.Node != "" && r.Node != NodeTestbed {
+	if r.Node == NodeFlanneld {
+		where = "real Flannel node, "
+	} else if r.Node != "" && r.Node != NodeTestbed {
 		where = r.Node + "-shaped node, "
 	}
 	return bench.PlotCCDFPanels(file, "High-priority round trip: vanilla vs priority lanes ("+where+r.Testbed.Layout.String()+" layout, app "+r.Options.AppSched+")", r.Modes, panels)
