@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -756,10 +757,69 @@ type flProc struct {
 	err  error
 }
 
-// flStart starts argv inside the namespace file ns (the child inherits
-// the namespace of the locked thread that forks it), its output appended
-// to logPath. The daemon gets SIGKILL should the thread that started it
-// end (the test binary dying) and its own process group.
+// flSpawner is one OS thread, locked for the life of the process, that
+// forks every daemon: a child inherits the network namespace of the
+// thread that forks it, and its parent-death signal (Pdeathsig) fires
+// when that thread ends. netns.Do's threads may end (a thread left in a
+// private mount namespace dies with its goroutine), which would kill a
+// daemon forked there; this thread ends only with the process, so a
+// crashed test binary takes its daemons along and nothing else does.
+var flSpawner struct {
+	once sync.Once
+	reqs chan flSpawnReq
+}
+
+type flSpawnReq struct {
+	ns   string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func flSpawn(ns string, cmd *exec.Cmd) error {
+	flSpawner.once.Do(func() {
+		flSpawner.reqs = make(chan flSpawnReq)
+		ready := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: see flSpawner
+			orig, err := vnetns.Get()
+			close(ready)
+			for r := range flSpawner.reqs {
+				if err != nil {
+					r.done <- fmt.Errorf("spawner: get own netns: %w", err)
+					continue
+				}
+				r.done <- flSpawnIn(orig, r.ns, r.cmd)
+			}
+		}()
+		<-ready
+	})
+	r := flSpawnReq{ns: ns, cmd: cmd, done: make(chan error, 1)}
+	flSpawner.reqs <- r
+	return <-r.done
+}
+
+// flSpawnIn starts cmd in the namespace file ns from the spawner's
+// thread and returns the thread to orig.
+func flSpawnIn(orig vnetns.NsHandle, ns string, cmd *exec.Cmd) error {
+	h, err := vnetns.GetFromPath(ns)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", ns, err)
+	}
+	defer h.Close()
+	if err := vnetns.Set(h); err != nil {
+		return fmt.Errorf("enter netns %s: %w", ns, err)
+	}
+	serr := cmd.Start()
+	if err := vnetns.Set(orig); err != nil {
+		// The thread stays in ns; later starts would inherit it.
+		panic(fmt.Sprintf("realnode: spawner cannot return from netns %s: %v", ns, err))
+	}
+	return serr
+}
+
+// flStart starts argv inside the namespace file ns, its output appended
+// to logPath, in its own process group, with SIGKILL as its
+// parent-death signal (see flSpawner).
 func flStart(ns, name, logPath string, argv []string) (*flProc, error) {
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -769,7 +829,7 @@ func flStart(ns, name, logPath string, argv []string) (*flProc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := netns.Do(ns, false, cmd.Start); err != nil {
+	if err := flSpawn(ns, cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &flProc{name: name, cmd: cmd, done: make(chan struct{})}

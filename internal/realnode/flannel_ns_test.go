@@ -91,7 +91,8 @@ func flIptables(t *testing.T, ns string) string {
 // master, XDP, qdiscs, tc filters, offloads, rps) plus their MACs and
 // VXLAN settings, addresses, routes of every table, the neighbour and FDB
 // entries daemons install (permanent, noarp; not the ones traffic learns
-// and ages), the namespace's net sysctls, iptables-save, etcd's keys
+// and ages), the namespace's IPv4 and per-device sysctls (not net.core:
+// much of it is global, and other tests on the machine change it), iptables-save, etcd's keys
 // under flanneld's prefix and the subnet file.
 func flSnapshot(t *testing.T, f *Flannel) string {
 	t.Helper()
@@ -141,7 +142,7 @@ func flSnapshot(t *testing.T, f *Flannel) string {
 			}
 		}
 		var files []string
-		for _, g := range []string{"/proc/sys/net/ipv4/*", "/proc/sys/net/ipv4/conf/*/*", "/proc/sys/net/ipv6/conf/*/*", "/proc/sys/net/core/*"} {
+		for _, g := range []string{"/proc/sys/net/ipv4/*", "/proc/sys/net/ipv4/conf/*/*", "/proc/sys/net/ipv6/conf/*/*"} {
 			m, _ := filepath.Glob(g)
 			files = append(files, m...)
 		}
