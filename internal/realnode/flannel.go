@@ -305,7 +305,12 @@ func (f *Flannel) buildWire() error {
 			return err
 		}
 		defer h.Close()
-		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: flWireDev}, PeerName: flWireDev, PeerNamespace: netlink.NsFd(h)})
+		// txqueuelen 1000 as a NIC (and `ip link add`) has: the
+		// netlink library's zero value would make it 0, which the
+		// kernel turns into 1000 when a qdisc (the lane's clsact) is
+		// added, and never back.
+		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: flWireDev, TxQLen: 1000}, PeerName: flWireDev,
+			PeerTxQLen: 1000, PeerNamespace: netlink.NsFd(h)})
 	})
 	if err != nil {
 		return fmt.Errorf("add veth: %w", err)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/steer"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
 
@@ -91,11 +93,12 @@ func flIptables(t *testing.T, ns string) string {
 // master, XDP, qdiscs, tc filters, offloads, rps) plus their MACs and
 // VXLAN settings, addresses, routes of every table, the neighbour and FDB
 // entries daemons install (permanent, noarp; not the ones traffic learns
-// and ages), the namespace's IPv4 and per-device sysctls (not net.core:
+// and ages, nor the kernel's for multicast addresses), the namespace's IPv4 and per-device sysctls (not net.core:
 // much of it is global, and other tests on the machine change it), iptables-save, etcd's keys
 // under flanneld's prefix and the subnet file.
 func flSnapshot(t *testing.T, f *Flannel) string {
 	t.Helper()
+	flSettled(t, f.Netns)
 	var b strings.Builder
 	b.WriteString(testbedtest.NetnsSnapshot(t, f.Netns))
 	err := netns.Do(f.Netns, false, func() error {
@@ -134,7 +137,10 @@ func flSnapshot(t *testing.T, f *Flannel) string {
 				return err
 			}
 			for _, n := range ns {
-				if n.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) == 0 {
+				// The kernel makes noarp entries for multicast
+				// destinations (IPv6 DAD, MLD) when it first sends
+				// to them: traffic's, not a daemon's.
+				if n.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) == 0 || n.IP.IsMulticast() {
 					continue
 				}
 				fmt.Fprintf(&b, "neigh fam=%d dev=%s ip=%s mac=%s state=%x flags=%x master=%s\n",
@@ -176,6 +182,35 @@ func flSnapshot(t *testing.T, f *Flannel) string {
 	}
 	fmt.Fprintf(&b, "subnet file:\n%s", sf)
 	return b.String()
+}
+
+// flSettled waits until no address in the namespace is tentative (IPv6
+// duplicate address detection of new devices' link-local addresses, whose
+// end also adds their local routes): the kernel's doing, at its pace.
+func flSettled(t *testing.T, ns string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tentative := ""
+		if err := netns.Do(ns, false, func() error {
+			as, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+			for _, a := range as {
+				if a.Flags&unix.IFA_F_TENTATIVE != 0 {
+					tentative = a.IPNet.String()
+				}
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if tentative == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still tentative in %s after 10s", tentative, filepath.Base(ns))
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
 }
 
 // flDiff names the lines of two snapshots that differ.
@@ -675,5 +710,55 @@ func TestFlannelLanesWatchAndRestart(t *testing.T) {
 	st, err := lanes.ReadStats(o, &rules)
 	if err != nil || !slices.Contains(st.Devices, f.Wire.NodeDev) {
 		t.Fatalf("after the restart the lane is not attached to %s: %+v, %v", f.Wire.NodeDev, st, err)
+	}
+}
+
+// TestFlannelSteer enables FALCON-style stage steering (internal/steer)
+// on the real Flannel node: it finds flanneld's flannel.1 stage and the
+// pod's, a high-priority flow arrives intact and in order while stages
+// are steered, and disable leaves the node and the pod exactly as they
+// were.
+func TestFlannelSteer(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("skipping: steering needs 2 CPUs")
+	}
+	f := upFlannel(t, FlannelOptions{})
+	nicLike(t, f)
+	pod := f.Pods[0]
+	tx := remoteUDP(t, f)
+	rx := podUDP(t, pod, 7000)
+	dst := netip.AddrPortFrom(pod.Addrs[0], 7000)
+	if got, err := lockstep(tx, rx, dst, 0, 5); err != nil || got != 5 {
+		t.Fatalf("warm-up: %d of 5 (%v)", got, err)
+	}
+	flSettled(t, pod.Netns)
+	before := flSnapshot(t, f) + testbedtest.NetnsSnapshot(t, pod.Netns)
+	sf := filepath.Join(t.TempDir(), "steer.json")
+	t.Cleanup(func() { steer.Disable(sf) })
+	st, err := steer.Enable(steer.Options{Netns: f.Netns, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Hysteresis: 0.1, StateFile: sf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages []string
+	for _, s := range st.Stages {
+		stages = append(stages, s.Name+":"+s.Device+"@"+filepath.Base(s.Netns))
+	}
+	if !slices.ContainsFunc(st.Stages, func(s steer.Stage) bool { return s.Name == "vxlan" && s.Device == "flannel.1" }) ||
+		!slices.ContainsFunc(st.Stages, func(s steer.Stage) bool { return s.Name == "veth" && filepath.Base(s.Netns) == pod.Name }) {
+		t.Fatalf("steering found stages %v: want flannel.1's and the pod's", stages)
+	}
+	const sent = 300
+	if got, err := lockstep(tx, rx, dst, 0, sent); err != nil || got != sent {
+		t.Fatalf("steered: %d of %d arrived intact in order (%v)", got, sent, err)
+	}
+	seq := burst(t, tx, rx, dst, 100)
+	if len(seq) != 100 || !slices.IsSorted(seq) {
+		t.Fatalf("steered burst: arrived %v (want 0..99 in order)", seq)
+	}
+	if err := steer.Disable(sf); err != nil {
+		t.Fatal(err)
+	}
+	if after := flSnapshot(t, f) + testbedtest.NetnsSnapshot(t, pod.Netns); after != before {
+		t.Fatalf("steer disable did not restore the node:\n%s", flDiff(before, after))
 	}
 }
