@@ -87,10 +87,15 @@ type FlannelBinaries struct {
 
 // FindFlannelBinaries looks for flanneld (RXLANE_FLANNELD, FlannelBinDir,
 // $GOPATH/bin, $PATH), etcd ($PATH, /usr/bin) and the CNI plugins
-// (FlannelCNIDir, /usr/lib/cni, /opt/cni/bin). A *MissingError names
-// what is not there.
+// (FlannelCNIDir, /usr/lib/cni, /opt/cni/bin). With RXLANE_CACHE set (as
+// for scripts/setup-flannel), its bin and cni replace FlannelBinDir and
+// FlannelCNIDir. A *MissingError names what is not there.
 func FindFlannelBinaries() (FlannelBinaries, error) {
 	var b FlannelBinaries
+	binDir, cniDir := FlannelBinDir, FlannelCNIDir
+	if c := os.Getenv("RXLANE_CACHE"); c != "" {
+		binDir, cniDir = filepath.Join(c, "bin"), filepath.Join(c, "cni")
+	}
 	var missing []string
 	look := func(name string, dirs ...string) string {
 		for _, d := range dirs {
@@ -117,10 +122,10 @@ func FindFlannelBinaries() (FlannelBinaries, error) {
 	if p := os.Getenv("RXLANE_FLANNELD"); p != "" {
 		b.Flanneld = p
 	} else {
-		b.Flanneld = look("flanneld", FlannelBinDir, filepath.Join(gopath, "bin"))
+		b.Flanneld = look("flanneld", binDir, filepath.Join(gopath, "bin"))
 	}
 	b.Etcd = look("etcd", "/usr/bin")
-	b.CNIPath = []string{FlannelCNIDir, "/usr/lib/cni", "/opt/cni/bin"}
+	b.CNIPath = []string{cniDir, "/usr/lib/cni", "/opt/cni/bin"}
 	for _, plugin := range []string{"flannel", "bridge", "host-local", "portmap"} {
 		found := false
 		for _, d := range b.CNIPath {
@@ -286,11 +291,16 @@ func (f *Flannel) up() error {
 }
 
 // newNetns creates a namespace in /run/netns and records it for Close.
+// It is made on a thread that returns to its own namespace
+// (netns.NewNamed), not one that ends inside it: a thread that cannot end
+// (Go's main thread, when the goroutine happens to run there) would stay
+// parked in the namespace and keep it, its devices and its iptables
+// rules alive after Close.
 func (f *Flannel) newNetns(name string) (string, error) {
-	p, err := nodes.NewNetns(nodes.RunNetnsDir, name)
-	if err != nil {
+	if err := netns.NewNamed(name); err != nil {
 		return "", err
 	}
+	p := filepath.Join(nodes.RunNetnsDir, name)
 	f.created = append(f.created, p)
 	return p, nil
 }

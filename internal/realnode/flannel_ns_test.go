@@ -451,8 +451,47 @@ func TestFlannelUpAndClose(t *testing.T) {
 	}
 	nsFiles := f.Namespaces()
 	dir := f.Dir
+	var inodes []uint64
+	for _, p := range []string{f.Netns, f.Remote} {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		inodes = append(inodes, st.Ino)
+	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// Nothing holds the hosts' namespaces any more (the daemons are gone,
+	// none of our threads is in them, no fd of ours holds them), so the
+	// kernel frees them with the devices and the iptables rules flanneld
+	// added there. (Other processes are not looked at: the kernel reuses
+	// a freed namespace's inode for the next new one at once.)
+	// A thread that ran fn in netns.Do with sysfs ends with its
+	// goroutine, a moment after: poll for that.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		in := ""
+		procs, _ := filepath.Glob("/proc/self/task/[0-9]*/ns/net")
+		for _, p := range procs {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && slices.Contains(inodes, st.Ino) {
+				in = p
+			}
+		}
+		if in == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s is still in a closed host namespace after 5s", in)
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+	fds, _ := filepath.Glob("/proc/self/fd/*")
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && slices.ContainsFunc(inodes, func(i uint64) bool { return l == fmt.Sprintf("net:[%d]", i) }) {
+			t.Errorf("the test process still holds a closed host namespace open (%s -> %s)", fd, l)
+		}
 	}
 	for _, p := range pids {
 		if pidAlive(p) {
