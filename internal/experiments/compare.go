@@ -18,6 +18,7 @@ import (
 	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/realnode"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
 
@@ -84,7 +85,7 @@ type CompareOptions struct {
 	Baseline bool
 	// Node is the receiving node's layout (ParseNode): the testbed
 	// (default), a fresh Flannel-, Calico- or Docker-shaped node, or a
-	// real Docker swarm node (swarm).
+	// real Flannel node (NodeFlanneld) or Docker swarm node (NodeSwarm).
 	Node string
 }
 
@@ -127,8 +128,8 @@ type Goal struct {
 type CompareReport struct {
 	Version int       `json:"version"`
 	Started time.Time `json:"started"`
-	// Node is the receiving node's layout: testbed, flannel, calico or
-	// docker (--node). Off the testbed, Testbed holds only the CPU
+	// Node is the receiving node's layout: testbed, flannel, calico,
+	// docker or flanneld (--node). Off the testbed, Testbed holds only the CPU
 	// layout (layout, rx_cpu, app_cpu) the node was run with.
 	Node    string            `json:"node"`
 	Testbed testbed.Config    `json:"testbed"`
@@ -588,6 +589,8 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 		o.Proto, o.Size, o.RatePerSec, o.Prober, o.DurationS, o.Reps, r.Order, r.Rule)
 	if r.Node == NodeSwarm {
 		fmt.Fprintf(w, "node: a real Docker swarm node, brought up fresh (two dockerd in namespaces joined by a veth wire, an attachable overlay network; flow from the remote host's container, flood injected on its wire, to the node's container; lane in the overlay's sandbox)\n")
+	} else if r.Node == NodeFlanneld {
+		fmt.Fprintf(w, "node: real Flannel (flanneld %s, VXLAN backend, etcd; one pod plugged by the flannel CNI, a remote flanneld host on a veth wire; flow and flood from the remote to the pod)\n", realnode.FlannelVersion)
 	} else if r.Node != "" && r.Node != NodeTestbed {
 		fmt.Fprintf(w, "node: %s-shaped, built fresh (one pod, a remote host on a veth wire; flow and flood from the remote to the pod)\n", r.Node)
 	}
@@ -654,7 +657,9 @@ func (r *CompareReport) WritePlot(file string) error {
 		panels = append(panels, p)
 	}
 	where := ""
-	if r.Node != "" && r.Node != NodeTestbed {
+	if r.Node == NodeFlanneld {
+		where = "real Flannel node, "
+	} else if r.Node != "" && r.Node != NodeTestbed {
 		where = r.Node + "-shaped node, "
 	}
 	return bench.PlotCCDFPanels(file, "High-priority round trip: vanilla vs priority lanes ("+where+r.Testbed.Layout.String()+" layout, app "+r.Options.AppSched+")", r.Modes, panels)

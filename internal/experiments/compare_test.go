@@ -4,6 +4,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -167,5 +168,19 @@ func TestLoopGoals(t *testing.T) {
 	}
 	if !gs[1].Met || !strings.Contains(gs[1].Detail, "1.04x") || !strings.Contains(gs[1].Detail, "1 points backed off") {
 		t.Errorf("CPU goal %+v: want met, 1.04x over the one backed-off point", gs[1])
+	}
+}
+
+func TestParseNodeKnowsTheRealFlannelNode(t *testing.T) {
+	if !slices.Contains(NodeKinds(), NodeFlanneld) {
+		t.Fatalf("NodeKinds %v lack %s", NodeKinds(), NodeFlanneld)
+	}
+	for in, want := range map[string]string{"flanneld": NodeFlanneld, " FlannelD ": NodeFlanneld, "flannel": "flannel", "": NodeTestbed} {
+		if got, err := ParseNode(in); err != nil || got != want {
+			t.Errorf("ParseNode(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseNode("flanneld2"); err == nil || !strings.Contains(err.Error(), "flanneld") {
+		t.Errorf("ParseNode(flanneld2): %v (want an error naming the kinds)", err)
 	}
 }

@@ -14,12 +14,14 @@ import (
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
+	"github.com/rxlane/rxlane/internal/realnode"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
 
 // NodeTestbed is `bench compare --node testbed`: the lab's own two-host
 // overlay. The other node kinds are package nodes' Flannel-, Calico- and
-// Docker-shaped receiving nodes, built fresh for the run.
+// Docker-shaped receiving nodes, built fresh for the run, and the real
+// daemons' nodes NodeFlanneld and NodeSwarm.
 const NodeTestbed = "testbed"
 
 // NodeSwarm is `bench compare --node swarm`: a real Docker engine, two
@@ -27,13 +29,18 @@ const NodeTestbed = "testbed"
 // (internal/realnode).
 const NodeSwarm = "swarm"
 
+// NodeFlanneld is `bench compare --node flanneld`: a real Flannel node
+// (package realnode: flanneld with the VXLAN backend and etcd, pods
+// plugged by the flannel CNI chain), brought up fresh for the run.
+const NodeFlanneld = "flanneld"
+
 // NodeKinds are the values of `bench compare --node`.
 func NodeKinds() []string {
 	out := []string{NodeTestbed}
 	for _, k := range nodes.Kinds() {
 		out = append(out, string(k))
 	}
-	return append(out, NodeSwarm)
+	return append(out, NodeFlanneld, NodeSwarm)
 }
 
 // ParseNode checks a --node value.
@@ -42,8 +49,8 @@ func ParseNode(s string) (string, error) {
 	if s == "" || s == NodeTestbed {
 		return NodeTestbed, nil
 	}
-	if s == NodeSwarm {
-		return NodeSwarm, nil
+	if s == NodeSwarm || s == NodeFlanneld {
+		return s, nil
 	}
 	k, err := nodes.ParseKind(s)
 	if err != nil {
@@ -78,17 +85,29 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 	if cpus.Layout != testbed.LayoutNIC {
 		return compareTarget{}, nil, fmt.Errorf("node %s: only layout %s is offered off the testbed (got %s)", kind, testbed.LayoutNIC, cpus.Layout)
 	}
-	bench.Progressf(progressW, "building a %s-shaped node (layout %s)", kind, cpus.Layout)
-	n, err := nodes.Build(nodes.Options{Kind: nodes.Kind(kind), Prefix: "rxbn"})
-	if err != nil {
-		return compareTarget{}, nil, err
+	var n *nodes.Node
+	var closeNode func() error
+	if kind == NodeFlanneld {
+		bench.Progressf(progressW, "bringing up a real Flannel node: flanneld, etcd, a pod plugged by the flannel CNI (layout %s)", cpus.Layout)
+		f, err := realnode.UpFlannel(realnode.FlannelOptions{Prefix: "rxbf"})
+		if err != nil {
+			return compareTarget{}, nil, err
+		}
+		n, closeNode = f.Node(), f.Close
+	} else {
+		bench.Progressf(progressW, "building a %s-shaped node (layout %s)", kind, cpus.Layout)
+		b, err := nodes.Build(nodes.Options{Kind: nodes.Kind(kind), Prefix: "rxbn"})
+		if err != nil {
+			return compareTarget{}, nil, err
+		}
+		n, closeNode = b, b.Close
 	}
 	cleanup := func() error {
 		bench.Progressf(progressW, "removing the %s node", kind)
-		return n.Close()
+		return closeNode()
 	}
 	fail := func(err error) (compareTarget, func() error, error) {
-		return compareTarget{}, nil, errors.Join(err, n.Close())
+		return compareTarget{}, nil, errors.Join(err, closeNode())
 	}
 	if err := testbed.NICWire(n.Netns, n.Wire.NodeDev, n.Remote, n.Wire.RemoteDev, cpus.RxCPU); err != nil {
 		return fail(fmt.Errorf("arrange the wire: %w", err))

@@ -146,6 +146,17 @@ func (f Filter) AttachRecorded(dev string, prog *ebpf.Program, record func(creat
 			return false, fmt.Errorf("add clsact on %s: %w", dev, err)
 		default:
 			createdClsact = true
+			// The kernel gives a device whose txqueuelen is 0
+			// (flanneld's flannel.1, a veth made through netlink)
+			// 1000 when a qdisc is added, and deleting the qdisc
+			// does not take it back: set it back at once, so the
+			// device is as it was (the root qdisc, noqueue on such
+			// devices, is not the clsact's concern).
+			if now, err := netlink.LinkByIndex(l.Attrs().Index); err == nil && now.Attrs().TxQLen != l.Attrs().TxQLen {
+				if err := netlink.LinkSetTxQLen(now, l.Attrs().TxQLen); err != nil {
+					return createdClsact, fmt.Errorf("restore txqueuelen %d on %s after adding clsact: %w", l.Attrs().TxQLen, dev, err)
+				}
+			}
 		}
 	}
 	bf := &netlink.BpfFilter{

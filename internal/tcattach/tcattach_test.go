@@ -160,3 +160,39 @@ func TestInstancesByHandle(t *testing.T) {
 		}
 	})
 }
+
+// TestAttachKeepsTxQueueLen: on a device with txqueuelen 0 (as flanneld
+// makes flannel.1), adding the clsact qdisc makes the kernel set it to
+// 1000; attach sets it back, and after detach it is still 0.
+func TestAttachKeepsTxQueueLen(t *testing.T) {
+	inFreshNetns(t, func() {
+		l, err := netlink.LinkByName("d0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetTxQLen(l, 0); err != nil {
+			t.Fatal(err)
+		}
+		qlen := func() int {
+			l, err := netlink.LinkByName("d0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l.Attrs().TxQLen
+		}
+		f := Filter{Name: "txqlen_test", Prio: 0xc0de, Handle: 1}
+		created, err := f.Attach("d0", passProg(t))
+		if err != nil || !created {
+			t.Fatalf("attach: created %v, %v", created, err)
+		}
+		if q := qlen(); q != 0 {
+			t.Errorf("txqueuelen %d after attach, want 0", q)
+		}
+		if err := f.Detach("d0", created); err != nil {
+			t.Fatal(err)
+		}
+		if q := qlen(); q != 0 || hasClsact(t) {
+			t.Errorf("after detach: txqueuelen %d (want 0), clsact left: %v", q, hasClsact(t))
+		}
+	})
+}
