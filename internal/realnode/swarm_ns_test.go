@@ -67,15 +67,7 @@ func upSwarm(t *testing.T, o SwarmOptions) *Swarm {
 func hostState(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	out, err := exec.Command("iptables-save").Output()
-	if err != nil {
-		t.Fatalf("iptables-save: %v", err)
-	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if !strings.HasPrefix(l, "#") { // the generated-at comments
-			fmt.Fprintln(&b, "iptables:", l)
-		}
-	}
+	b.WriteString(iptablesSave(t, ""))
 	ours := func(p string) bool {
 		return strings.Contains(p, "rxsw") || strings.Contains(p, "docker") || strings.Contains(p, "containerd") || strings.Contains(p, "moby")
 	}
@@ -138,8 +130,10 @@ func TestSwarmUpClose(t *testing.T) {
 	if ep := topo.Endpoints[i]; ep.Dev != c.HostDev || !slices.Contains(ep.Addrs, c.Addr) {
 		t.Fatalf("endpoint %+v: want dev %s and address %s (read in the container's namespace)", ep, c.HostDev, c.Addr)
 	}
-	rx, tx := listenUDP(t, c.Netns, 7000), listenUDP(t, s.Sender.Netns, 0)
-	sendUDP(t, tx, rx, netip.AddrPortFrom(c.Addr, 7000), 20)
+	rx, tx := listenUDP(t, c.Netns, netip.Addr{}, 7000), listenUDP(t, s.Sender.Netns, netip.Addr{}, 0)
+	if _, err := sendUDP(tx, rx, netip.AddrPortFrom(c.Addr, 7000), 0, 20, 25); err != nil {
+		t.Fatal(err)
+	}
 
 	pids := []int{s.Node.PID(), s.Remote.PID()}
 	if err := s.Close(); err != nil {
@@ -224,18 +218,8 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 	opts := lanes.Options{Netns: s.Sandbox, StateFile: filepath.Join(t.TempDir(), "datapath.json")}
 	t.Cleanup(func() { lanes.Disable(opts) })
 	var rules policy.Set
-	for _, sp := range []policy.Spec{
-		{Dst: s.opts.Subnet.String(), Proto: "udp", Port: "7000"}, // every container of the network
-		{Dst: c1.Addr.String(), Proto: "tcp", Port: "7001"},
-	} {
-		r, err := policy.Parse(sp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := rules.Add(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addRule(t, &rules, policy.Spec{Dst: s.opts.Subnet.String(), Proto: "udp", Port: "7000"}) // every container of the network
+	addRule(t, &rules, policy.Spec{Dst: c1.Addr.String(), Proto: "tcp", Port: "7001"})
 	enable := func() {
 		t.Helper()
 		topo, err := lanes.Enable(opts, &rules)
@@ -269,12 +253,14 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 	}
 
 	t.Run("flows", func(t *testing.T) {
-		before := nodeSnapshot(t, s)
+		before := swarmSnapshot(t, s)
 		enable()
 		const n = 200
-		hi, lo, tx := listenUDP(t, c1.Netns, 7000), listenUDP(t, c1.Netns, 7002), listenUDP(t, s.Sender.Netns, 0)
+		hi, lo, tx := listenUDP(t, c1.Netns, netip.Addr{}, 7000), listenUDP(t, c1.Netns, netip.Addr{}, 7002), listenUDP(t, s.Sender.Netns, netip.Addr{}, 0)
 		tx0 := linkTx(t, s.Sandbox, c1.HostDev)
-		sendUDP(t, tx, hi, netip.AddrPortFrom(c1.Addr, 7000), n)
+		if _, err := sendUDP(tx, hi, netip.AddrPortFrom(c1.Addr, 7000), 0, n, 25); err != nil {
+			t.Fatal(err)
+		}
 		st := stats()
 		if st.Rules[0].Packets != n || st.High.Packets != n {
 			t.Fatalf("UDP: the lane counted %d (rule) / %d (high), want %d; fallbacks %v", st.Rules[0].Packets, st.High.Packets, n, st.Fallbacks)
@@ -284,7 +270,7 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		}
 
 		ofo0 := tcpOFO(t, c1.Netns)
-		tcpStream(t, s.Sender.Netns, c1.Netns, netip.AddrPortFrom(c1.Addr, 7001), 1<<20)
+		tcpStream(t, s.Sender.Netns, netip.Addr{}, c1.Netns, netip.AddrPortFrom(c1.Addr, 7001), 1<<20)
 		stS := stats()
 		if stS.Rules[1].Packets == 0 {
 			t.Fatalf("TCP: the rule counted nothing: %+v", stS.Rules)
@@ -304,7 +290,9 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 			stS.Rules[1].Packets, stS.Fallbacks, reqs, st2.Rules[1].Packets-stS.Rules[1].Packets)
 
 		tx1 := linkTx(t, s.Sandbox, c1.HostDev)
-		sendUDP(t, tx, lo, netip.AddrPortFrom(c1.Addr, 7002), n)
+		if _, err := sendUDP(tx, lo, netip.AddrPortFrom(c1.Addr, 7002), 0, n, 25); err != nil {
+			t.Fatal(err)
+		}
 		st3 := stats()
 		if st3.Rules[0].Packets != st2.Rules[0].Packets || st3.Rules[1].Packets != st2.Rules[1].Packets {
 			t.Fatalf("low-priority flow counted by a rule: %+v then %+v", st2.Rules, st3.Rules)
@@ -319,10 +307,13 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		if err := lanes.Disable(opts); err != nil {
 			t.Fatal(err)
 		}
-		if after := nodeSnapshot(t, s); after != before {
+		if after := swarmSnapshot(t, s); after != before {
 			t.Fatalf("the node changed by enable/disable:\n%s", diffLines(before, after))
 		}
-		sendUDP(t, tx, hi, netip.AddrPortFrom(c1.Addr, 7000), 10) // the normal path delivers
+		// The normal path delivers.
+		if _, err := sendUDP(tx, hi, netip.AddrPortFrom(c1.Addr, 7000), 0, 10, 25); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("watch", func(t *testing.T) {
@@ -368,10 +359,12 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // polls the watch's last report with a deadline
 		}
 		const n = 100
-		hi, tx := listenUDP(t, c2.Netns, 7000), listenUDP(t, s.Sender.Netns, 0)
+		hi, tx := listenUDP(t, c2.Netns, netip.Addr{}, 7000), listenUDP(t, s.Sender.Netns, netip.Addr{}, 0)
 		st0 := stats()
 		tx0 := linkTx(t, s.Sandbox, c2.HostDev)
-		sendUDP(t, tx, hi, netip.AddrPortFrom(c2.Addr, 7000), n)
+		if _, err := sendUDP(tx, hi, netip.AddrPortFrom(c2.Addr, 7000), 0, n, 25); err != nil {
+			t.Fatal(err)
+		}
 		if d := stats().Rules[0].Packets - st0.Rules[0].Packets; d != n {
 			t.Fatalf("new container: the rule counted %d, want %d", d, n)
 		}
@@ -388,7 +381,7 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		if runtime.NumCPU() < 2 {
 			t.Skip("steering needs 2 CPUs")
 		}
-		before := nodeSnapshot(t, s)
+		before := swarmSnapshot(t, s)
 		state := filepath.Join(t.TempDir(), "steer.json")
 		t.Cleanup(func() { steer.Disable(state) })
 		// The vxlan stage (vxlan0's RPS in the sandbox) only: the veth
@@ -403,16 +396,18 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 			t.Fatalf("steering attached %+v, changed RPS %+v: want both", st.Attachments, st.RPS)
 		}
 		t.Logf("steering: %d attachments, RPS of %d devices, warnings %q", len(st.Attachments), len(st.RPS), st.Warnings)
-		if after := nodeSnapshot(t, s); after == before {
+		if after := swarmSnapshot(t, s); after == before {
 			t.Fatal("steering changed nothing on the node")
 		}
-		hi, tx := listenUDP(t, c1.Netns, 7000), listenUDP(t, s.Sender.Netns, 0)
-		sendUDP(t, tx, hi, netip.AddrPortFrom(c1.Addr, 7000), 200)
-		tcpStream(t, s.Sender.Netns, c1.Netns, netip.AddrPortFrom(c1.Addr, 7001), 1<<20)
+		hi, tx := listenUDP(t, c1.Netns, netip.Addr{}, 7000), listenUDP(t, s.Sender.Netns, netip.Addr{}, 0)
+		if _, err := sendUDP(tx, hi, netip.AddrPortFrom(c1.Addr, 7000), 0, 200, 25); err != nil {
+			t.Fatal(err)
+		}
+		tcpStream(t, s.Sender.Netns, netip.Addr{}, c1.Netns, netip.AddrPortFrom(c1.Addr, 7001), 1<<20)
 		if err := steer.Disable(state); err != nil {
 			t.Fatal(err)
 		}
-		if after := nodeSnapshot(t, s); after != before {
+		if after := swarmSnapshot(t, s); after != before {
 			t.Fatalf("the node changed by steer enable/disable:\n%s", diffLines(before, after))
 		}
 		// The veth stage is refused (the container's sysfs is
@@ -427,7 +422,7 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		if err := steer.Disable(state2); err != nil {
 			t.Fatalf("disable after the refused veth stage: %v", err)
 		}
-		if after := nodeSnapshot(t, s); after != before {
+		if after := swarmSnapshot(t, s); after != before {
 			t.Fatalf("the node changed by a refused steer enable:\n%s", diffLines(before, after))
 		}
 		enable() // for the restart
@@ -469,7 +464,7 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		}
 		defer stopWatch()
 		// Traffic to c1 all through the restart (bounded in time).
-		tx := listenUDP(t, s.Sender.Netns, 0)
+		tx := listenUDP(t, s.Sender.Netns, netip.Addr{}, 0)
 		stop := make(chan struct{})
 		var sent atomic.Int64
 		go func() {
@@ -515,10 +510,12 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // polls the lane's record with a deadline
 		}
 		const n = 100
-		hi, tx2 := listenUDP(t, c1.Netns, 7000), listenUDP(t, s.Sender.Netns, 0)
+		hi, tx2 := listenUDP(t, c1.Netns, netip.Addr{}, 7000), listenUDP(t, s.Sender.Netns, netip.Addr{}, 0)
 		st0 := stats()
 		tx0 := linkTx(t, s.Sandbox, c1.HostDev)
-		sendUDP(t, tx2, hi, netip.AddrPortFrom(c1.Addr, 7000), n)
+		if _, err := sendUDP(tx2, hi, netip.AddrPortFrom(c1.Addr, 7000), 0, n, 25); err != nil {
+			t.Fatal(err)
+		}
 		if d := stats().Rules[0].Packets - st0.Rules[0].Packets; d != n {
 			t.Fatalf("after the restart: the rule counted %d, want %d", d, n)
 		}
@@ -534,110 +531,21 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		}
 		// Nothing of the lane is left in the new sandbox, and enable
 		// and disable there restore it exactly.
-		before := nodeSnapshot(t, s)
+		before := swarmSnapshot(t, s)
 		if strings.Contains(before, " filter ") || strings.Contains(before, "qdisc clsact") {
 			t.Fatalf("the lane left a tc filter or clsact in the new sandbox:\n%s", before)
 		}
 		enable()
-		sendUDP(t, tx2, hi, netip.AddrPortFrom(c1.Addr, 7000), 10)
+		if _, err := sendUDP(tx2, hi, netip.AddrPortFrom(c1.Addr, 7000), 0, 10, 25); err != nil {
+			t.Fatal(err)
+		}
 		if err := lanes.Disable(opts); err != nil {
 			t.Fatal(err)
 		}
-		if after := nodeSnapshot(t, s); after != before {
+		if after := swarmSnapshot(t, s); after != before {
 			t.Fatalf("the restarted node changed by enable/disable:\n%s", diffLines(before, after))
 		}
 	})
-}
-
-func pattern(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i * 7)
-	}
-	return b
-}
-
-func listenUDP(t *testing.T, ns string, port int) *net.UDPConn {
-	t.Helper()
-	var c *net.UDPConn
-	if err := netns.Do(ns, false, func() (err error) {
-		c, err = net.ListenUDP("udp4", &net.UDPAddr{Port: port})
-		return
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// sendUDP sends n numbered datagrams from tx to `to` in bursts of 25 and
-// checks that rx gets every one, intact and in order.
-func sendUDP(t *testing.T, tx, rx *net.UDPConn, to netip.AddrPort, n int) {
-	t.Helper()
-	dst := net.UDPAddrFromAddrPort(to)
-	buf := make([]byte, 2048)
-	for i := 0; i < n; {
-		burst := min(25, n-i)
-		for k := range burst {
-			msg := pattern(200)
-			binary.BigEndian.PutUint32(msg, uint32(i+k))
-			if _, err := tx.WriteToUDP(msg, dst); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for k := range burst {
-			rx.SetReadDeadline(time.Now().Add(5 * time.Second)) // bounds the test only
-			m, _, err := rx.ReadFromUDP(buf)
-			if err != nil {
-				t.Fatalf("datagram %d to %s: %v", i+k, to, err)
-			}
-			want := pattern(200)
-			binary.BigEndian.PutUint32(want, uint32(i+k))
-			if !bytes.Equal(buf[:m], want) {
-				t.Fatalf("datagram %d to %s arrived as #%d (%d bytes): lost, reordered or damaged", i+k, to, binary.BigEndian.Uint32(buf[:4]), m)
-			}
-		}
-		i += burst
-	}
-}
-
-// tcpStream sends size patterned bytes over TCP from the namespace from
-// to `to` (listening in the namespace at) and checks they arrive intact.
-func tcpStream(t *testing.T, from, at string, to netip.AddrPort, size int) {
-	t.Helper()
-	var ln net.Listener
-	if err := netns.Do(at, false, func() (err error) { ln, err = net.Listen("tcp4", to.String()); return }); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := make(chan []byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- nil
-			return
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(20 * time.Second)) // bounds the test only
-		b, _ := io.ReadAll(c)
-		got <- b
-	}()
-	var c net.Conn
-	if err := netns.Do(from, false, func() (err error) { c, err = net.DialTimeout("tcp4", to.String(), 5*time.Second); return }); err != nil {
-		t.Fatal(err)
-	}
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	msg := make([]byte, size)
-	for i := range msg {
-		msg[i] = byte(i*7 + i>>11)
-	}
-	if _, err := c.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	if b := <-got; !bytes.Equal(b, msg) {
-		t.Fatalf("TCP stream to %s: %d of %d bytes arrived, or damaged", to, len(b), size)
-	}
 }
 
 // tcpPingPong sends n numbered 100-byte requests over one TCP connection
@@ -738,17 +646,10 @@ func linkTx(t *testing.T, ns, dev string) uint64 {
 	return n
 }
 
-// nodeSnapshot is "the node as docker left it": for the node's host
-// namespace, the overlay sandbox and the node's containers, every
-// device (flags, MTU, master, XDP, qdiscs, tc filters, offloads, NAPI
-// threading, RPS: testbedtest.NetnsSnapshot) and its MAC, addresses,
-// routes of every table, permanent neighbours and static FDB entries
-// (learnt and probed ones come and go with traffic, multicast entries and
-// the local routes of IPv6 link-local addresses with the kernel's
-// autoconfiguration of a new device: they are left out),
-// every sysctl under net (bar the conntrack counter), iptables-save;
-// and the engine's `docker network inspect` of the overlay.
-func nodeSnapshot(t *testing.T, s *Swarm) string {
+// swarmSnapshot is "the node as docker left it": the node's host
+// namespace, the overlay sandbox and the node's containers (netnsSnapshot
+// of each) and the engine's `docker network inspect` of the overlay.
+func swarmSnapshot(t *testing.T, s *Swarm) string {
 	t.Helper()
 	var b strings.Builder
 	nss := []string{s.Node.Netns, s.Sandbox}
@@ -756,71 +657,7 @@ func nodeSnapshot(t *testing.T, s *Swarm) string {
 		nss = append(nss, c.Netns)
 	}
 	for _, ns := range nss {
-		b.WriteString(testbedtest.NetnsSnapshot(t, ns))
-		name := filepath.Base(ns)
-		err := netns.Do(ns, false, func() error {
-			links, err := netlink.LinkList()
-			if err != nil {
-				return err
-			}
-			names := map[int]string{}
-			for _, l := range links {
-				names[l.Attrs().Index] = l.Attrs().Name
-				fmt.Fprintf(&b, "%s/%s mac %s\n", name, l.Attrs().Name, l.Attrs().HardwareAddr)
-			}
-			addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-			if err != nil {
-				return err
-			}
-			for _, a := range addrs {
-				fmt.Fprintf(&b, "%s addr %s dev %s flags %x\n", name, a.IPNet, names[a.LinkIndex], a.Flags&^unix.IFA_F_TENTATIVE)
-			}
-			routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
-			if err != nil {
-				return err
-			}
-			for _, r := range routes {
-				if r.Table == unix.RT_TABLE_LOCAL && r.Dst != nil && r.Dst.IP.IsLinkLocalUnicast() {
-					continue // IPv6 autoconf: comes when duplicate address detection ends
-				}
-				fmt.Fprintf(&b, "%s route table %d dst %v gw %v dev %s src %v scope %d proto %d\n", name, r.Table, r.Dst, r.Gw, names[r.LinkIndex], r.Src, r.Scope, r.Protocol)
-			}
-			for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6, unix.AF_BRIDGE} {
-				ns, err := netlink.NeighList(0, fam)
-				if err != nil {
-					return err
-				}
-				for _, n := range ns {
-					if n.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) == 0 || n.IP != nil && n.IP.IsMulticast() {
-						continue // learnt, or a multicast group the kernel joined
-					}
-					fmt.Fprintf(&b, "%s neigh fam %d %v %s dev %s master %s state %x flags %x\n", name, fam, n.IP, n.HardwareAddr, names[n.LinkIndex], names[n.MasterIndex], n.State, n.Flags)
-				}
-			}
-			filepath.WalkDir("/proc/sys/net", func(p string, d fs.DirEntry, err error) error {
-				if err != nil || d.IsDir() || strings.HasSuffix(p, "nf_conntrack_count") {
-					return nil
-				}
-				v, err := os.ReadFile(p)
-				if err == nil {
-					fmt.Fprintf(&b, "%s sysctl %s=%s\n", name, strings.TrimPrefix(p, "/proc/sys/"), strings.TrimSpace(string(v)))
-				}
-				return nil
-			})
-			out, err := exec.Command("iptables-save").Output()
-			if err != nil {
-				return fmt.Errorf("iptables-save: %w", err)
-			}
-			for _, l := range strings.Split(string(out), "\n") {
-				if !strings.HasPrefix(l, "#") {
-					fmt.Fprintf(&b, "%s iptables %s\n", name, l)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("snapshot %s: %v", name, err)
-		}
+		b.WriteString(netnsSnapshot(t, ns))
 	}
 	out, err := s.Node.Docker(context.Background(), nil, "network", "inspect", s.Network)
 	if err != nil {
@@ -828,21 +665,4 @@ func nodeSnapshot(t *testing.T, s *Swarm) string {
 	}
 	b.WriteString(out)
 	return b.String()
-}
-
-// diffLines shows the lines only one of two snapshots has.
-func diffLines(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	var out strings.Builder
-	for _, l := range al {
-		if !slices.Contains(bl, l) {
-			fmt.Fprintln(&out, "- "+l)
-		}
-	}
-	for _, l := range bl {
-		if !slices.Contains(al, l) {
-			fmt.Fprintln(&out, "+ "+l)
-		}
-	}
-	return out.String()
 }
