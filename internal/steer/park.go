@@ -162,6 +162,21 @@ func (p *parking) unpark() error {
 	if err := setFlag(p.m, flagParked, false); err != nil {
 		return err
 	}
+	// Packets that left the entry while parked carry the kernel's hash,
+	// which a later stage would read as a steering number, and once
+	// steering's rps_cpus are back it would send them through an
+	// RPS-to-self backlog hop that the direct packets behind them skip
+	// (caught by the reorder test: 38 datagrams). So steering's rps_cpus
+	// wait until every active flow had a direct packet delivered: on the
+	// node's own path, which parked and direct packets share, everything
+	// before it was delivered too. A flow shows up once a packet after
+	// the flag reaches the entry: unparkQuiet gives every flow faster
+	// than 500 packets/s one (a slower one has next to nothing in
+	// flight: a timing bound, as the guard's settle time).
+	time.Sleep(unparkQuiet)
+	if !waitDirectDelivered(p.m, DrainTimeout) {
+		DrainTimeouts.Add(1)
+	}
 	mask := CPUMask(p.st.CPUs)
 	for _, s := range p.st.Stages {
 		if err := setRPS(s.Netns, s.Device, mask, func(RPSChange) error { return nil }); err != nil {
@@ -174,6 +189,36 @@ func (p *parking) unpark() error {
 		}
 	}
 	return nil
+}
+
+// unparkQuiet is how long unpark waits for the flows' first direct
+// packets before it looks at their deliveries.
+const unparkQuiet = 2 * time.Millisecond
+
+// waitDirectDelivered polls until every flow active since unpark (its
+// guard made by the entry within activeWindow) had a direct packet seen
+// by the done hook, or timeout passes.
+func waitDirectDelivered(m *steerMaps, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if ok, err := directDelivered(m); ok || err != nil || time.Now().After(deadline) {
+			return ok
+		}
+		time.Sleep(time.Millisecond) // polling interval, bounded by deadline
+	}
+}
+
+func directDelivered(m *steerMaps) (bool, error) {
+	now := monotonicNs()
+	var k uint32
+	var g guardEntry
+	it := m.SteerGuards.Iterate()
+	for it.Next(&k, &g) {
+		if now-g.LastNs <= uint64(activeWindow) && g.DirectOut == 0 {
+			return false, nil
+		}
+	}
+	return true, it.Err()
 }
 
 // reattach attaches attachment i's program again, unless its filter is
