@@ -492,6 +492,32 @@ func TestFlannelSteer(t *testing.T) {
 	if got, err := sendUDP(tx, rx, dst, 0, 100, 100); got != 100 {
 		t.Fatalf("steered burst: %d of 100 arrived intact in order: %v", got, err)
 	}
+	// Each stage ran where steering chose: the datapath's own records
+	// (the committed CPU is the rule's choice, nothing deferred at the
+	// end) and the done hook, which runs on the pod's device where the
+	// veth stage's CPU delivers.
+	ss, err := steer.ReadStatus(sf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byStage := map[string]steer.FlowStage{}
+	for _, fs := range ss.Flows {
+		if fs.Packets >= sent && fs.Active {
+			byStage[fs.Stage] = fs
+		}
+	}
+	vx, ve := byStage["vxlan"], byStage["veth"]
+	if vx.Packets == 0 || ve.Packets == 0 {
+		t.Fatalf("no steered flow at both stages: %+v", ss.Flows)
+	}
+	for _, fs := range []steer.FlowStage{vx, ve} {
+		if fs.CPU != fs.WantCPU || fs.InFlight != 0 {
+			t.Fatalf("stage %s of flow %08x on CPU %d, the rule chose %d (%d in flight)", fs.Stage, fs.FlowHash, fs.CPU, fs.WantCPU, fs.InFlight)
+		}
+	}
+	if ve.DeliveredCPU != ve.CPU {
+		t.Fatalf("the pod's deliveries ran on CPU %d, steering put its stage on CPU %d", ve.DeliveredCPU, ve.CPU)
+	}
 	if err := steer.Disable(sf); err != nil {
 		t.Fatal(err)
 	}
