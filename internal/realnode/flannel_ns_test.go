@@ -414,7 +414,14 @@ func TestFlannelLanesWatchAndRestart(t *testing.T) {
 	}
 
 	// Restart under traffic: lockstep rounds run until the restart is
-	// done, then one more.
+	// done, then one more, each followed by a round of a low-priority
+	// flow (a port no rule matches: the normal path) that may lose no
+	// more than vanilla, i.e. nothing: flanneld's restart leaves the
+	// datapath alone.
+	lowRx := listenUDP(t, added.Netns, netip.Addr{}, 7001)
+	lowDst := netip.AddrPortFrom(added.Addrs[0], 7001)
+	lowTotal, lowArrived := 0, 0
+	var lowMiss error
 	oldPID := f.FlanneldPID("node")
 	restarted := make(chan error, 1)
 	go func() { restarted <- f.RestartFlanneld() }()
@@ -434,6 +441,12 @@ func TestFlannelLanesWatchAndRestart(t *testing.T) {
 		total += 20
 		arrived += got
 		rounds++
+		got, err = sendUDP(tx, lowRx, lowDst, lowTotal, 20, 1)
+		if err != nil && lowMiss == nil {
+			lowMiss = err
+		}
+		lowTotal += 20
+		lowArrived += got
 	}
 	if rerr != nil {
 		t.Fatal(rerr)
@@ -445,6 +458,12 @@ func TestFlannelLanesWatchAndRestart(t *testing.T) {
 	t.Logf("restart under traffic: %d rounds, %d of %d datagrams arrived, %d via the lane", rounds, arrived, total, served)
 	if arrived != total || served < uint64(total)*99/100 {
 		t.Fatalf("across the flanneld restart: %d of %d arrived intact in order (first miss: %v), %d via the lane (want all, >= 99%%)", arrived, total, miss, served)
+	}
+	if lowArrived != lowTotal {
+		t.Fatalf("across the flanneld restart the low-priority flow lost %d of %d (first miss: %v)", lowTotal-lowArrived, lowTotal, lowMiss)
+	}
+	if served > uint64(total) {
+		t.Fatalf("the lane's rule counted %d datagrams, %d were high-priority: it took low-priority ones", served, total)
 	}
 	st, err := lanes.ReadStats(o, &rules)
 	if err != nil || !slices.Contains(st.Devices, f.Wire.NodeDev) {
