@@ -3,6 +3,7 @@ package steer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -122,9 +123,12 @@ func (p *parking) park(drain time.Duration) error {
 	}
 	// Even a program that returns at once costs its tc hook per packet
 	// (measured: 5-6% CPU per packet at 400 kpps): only the done hooks
-	// stay, for the loop's delivery count (and the maps' anchor).
+	// stay, for the loop's delivery count (and the maps' anchor). With no
+	// done hook (no container endpoint found) the filters stay too:
+	// nothing else would let status and disable find the maps.
+	hasDone := slices.ContainsFunc(p.st.Attachments, func(a Attachment) bool { return a.Done })
 	for i, a := range p.st.Attachments {
-		if !a.Done && p.tc[i] != nil {
+		if hasDone && !a.Done && p.tc[i] != nil {
 			err := inNetnsSysfs(attachmentNetns(p.st, a), func() error { return a.filter().Remove(a.Device) })
 			if err != nil && !errors.Is(err, errNoNetns) {
 				errs = append(errs, err)
