@@ -581,11 +581,11 @@ if [ -d $T/events/rxlane ] && [ $ncpu -ge 2 ]; then
 		# under TCG after the CPU went offline: every datagram received,
 		# steered 3002, polled 3001, equal when the message was printed):
 		# wait for it, at most 5 s.
-		n=0
+		tries=0 # not n: the TAP counter
 		while :; do
 			set -- $1 $s0 $(gro_sums)
-			[ $(( $4 - $2 )) = $(( $5 - $3 )) ] || [ $n -ge 50 ] && break
-			n=$((n + 1)); sleep 0.1
+			[ $(( $4 - $2 )) = $(( $5 - $3 )) ] || [ $tries -ge 50 ] && break
+			tries=$((tries + 1)); sleep 0.1
 		done
 		[ $((rcvd + dropped)) = $1 ] && [ "$rcvd" -gt 0 ] && [ $(( $4 - $2 )) = $(( $5 - $3 )) ]
 	}
