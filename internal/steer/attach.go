@@ -646,11 +646,7 @@ func disable(st *State) error {
 	}
 	for i := len(st.Attachments) - 1; i >= 0; i-- {
 		a := st.Attachments[i]
-		ns := st.Netns
-		if a.Netns != "" {
-			ns = a.Netns
-		}
-		err := inNetnsSysfs(ns, func() error { return detach(a) })
+		err := inNetnsSysfs(attachmentNetns(st, a), func() error { return detach(a) })
 		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/falcon"
+	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -264,9 +264,9 @@ func (v parkView) check(parked bool) error {
 
 // sameMask compares sysfs cpumasks ("00000003" and "3").
 func sameMask(a, b string) bool {
-	x, errA := strconv.ParseUint(strings.ReplaceAll(a, ",", ""), 16, 64)
-	y, errB := strconv.ParseUint(strings.ReplaceAll(b, ",", ""), 16, 64)
-	return errA == nil && errB == nil && x == y
+	x, errA := isolate.ParseMask(a)
+	y, errB := isolate.ParseMask(b)
+	return errA == nil && errB == nil && x.List() == y.List()
 }
 
 // TestParkedFollowerKilled: a follower killed while parked leaves its

@@ -203,13 +203,7 @@ const unparkQuiet = 2 * time.Millisecond
 // guard made by the entry within activeWindow) had a direct packet seen
 // by the done hook, or timeout passes.
 func waitDirectDelivered(m *steerMaps, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if ok, err := directDelivered(m); ok || err != nil || time.Now().After(deadline) {
-			return ok
-		}
-		time.Sleep(time.Millisecond) // polling interval, bounded by deadline
-	}
+	return pollUntil(timeout, time.Millisecond, func() (bool, error) { return directDelivered(m) })
 }
 
 func directDelivered(m *steerMaps) (bool, error) {

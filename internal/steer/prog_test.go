@@ -245,19 +245,8 @@ func TestProgramWritesRPSHash(t *testing.T) {
 
 func clearMap(t *testing.T, m *ebpf.Map) {
 	t.Helper()
-	var keys [][]byte
-	var k, v []byte
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, append([]byte(nil), k...))
-	}
-	if err := it.Err(); err != nil {
+	if err := emptyMap(m); err != nil {
 		t.Fatal(err)
-	}
-	for _, k := range keys {
-		if err := m.Delete(k); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

@@ -182,13 +182,19 @@ func drained(m *steerMaps, offAt uint64) (bool, error) {
 // waitDrained polls drained until it holds or timeout passes.
 func waitDrained(m *steerMaps, timeout time.Duration) bool {
 	offAt := monotonicNs()
+	return pollUntil(timeout, 5*time.Millisecond, func() (bool, error) { return drained(m, offAt) })
+}
+
+// pollUntil calls cond every interval until it holds, fails or timeout
+// passes, and reports whether it held.
+func pollUntil(timeout, interval time.Duration, cond func() (bool, error)) bool {
 	deadline := time.Now().Add(timeout)
 	for {
-		ok, err := drained(m, offAt)
+		ok, err := cond()
 		if ok || err != nil || time.Now().After(deadline) {
 			return ok
 		}
-		time.Sleep(5 * time.Millisecond) // polling interval, bounded by deadline
+		time.Sleep(interval) // polling interval, bounded by deadline
 	}
 }
 

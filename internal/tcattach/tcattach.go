@@ -182,12 +182,17 @@ func (f Filter) Remove(dev string) error {
 		}
 		return fmt.Errorf("find %s: %w", dev, err)
 	}
+	return f.remove(l)
+}
+
+// remove deletes the filter from l, if it is there.
+func (f Filter) remove(l netlink.Link) error {
 	bf, err := f.Find(l)
 	if err != nil || bf == nil {
 		return err
 	}
 	if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("detach from %s: %w", dev, err)
+		return fmt.Errorf("detach from %s: %w", l.Attrs().Name, err)
 	}
 	return nil
 }
@@ -205,7 +210,7 @@ func (f Filter) Detach(dev string, createdClsact bool) error {
 		}
 		return fmt.Errorf("find %s: %w", dev, err)
 	}
-	if err := f.Remove(dev); err != nil {
+	if err := f.remove(l); err != nil {
 		return err
 	}
 	if !createdClsact && !markedOurs(l) {
