@@ -189,7 +189,7 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 	cmd.Flags().Float64Var(&o.AvgThreshold, "avg-threshold", 0.85, "average load of the set above which steering is off (FALCON_LOAD_THRESHOLD)")
 	cmd.Flags().Float64Var(&o.Hysteresis, "hysteresis", 0.1, "steering turns back on below avg-threshold minus this")
 	cmd.Flags().BoolVar(&o.Static, "static", false, "hash choice only (no load, no second choice)")
-	cmd.Flags().StringSliceVar(&o.Stages, "stages", nil, "stage transitions to steer with tc + RPS: vxlan, veth (default both), or none (with --first-stage)")
+	cmd.Flags().StringSliceVar(&o.Stages, "stages", nil, "stage transitions to steer with tc + RPS: vxlan, veth (default both; vxlan only where a container's sysfs is read-only, as under runc), or none (with --first-stage)")
 	cmd.Flags().StringVar(&o.FirstStage, "first-stage", "", `first-stage offload: "cpumap" attaches XDP (driver mode) to the underlay and redirects each flow to a cpumap CPU`)
 	cmd.Flags().StringVar(&firstCPUs, "first-cpus", "", "CPUs of the first stage with --first-stage cpumap (default: --cpus)")
 	cmd.Flags().BoolVar(&o.SenderTxOff, "sender-tx-off", false, "with --first-stage on a veth underlay whose peer is in an rxlane testbed: turn tx checksum offload off at the sending end (restored by disable)")

@@ -384,16 +384,26 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		before := swarmSnapshot(t, s)
 		state := filepath.Join(t.TempDir(), "steer.json")
 		t.Cleanup(func() { steer.Disable(state) })
-		// The vxlan stage (vxlan0's RPS in the sandbox) only: the veth
-		// stage's RPS is the container's eth0's, whose sysfs is read-only
-		// (runc mounts the container's /sys ro, and every sysfs of that
-		// network namespace shares the superblock); see the test below.
-		st, err := steer.Enable(steer.Options{Netns: s.Sandbox, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Stages: []string{"vxlan"}, StateFile: state})
+		// Default stages: the vxlan stage (vxlan0's RPS in the sandbox)
+		// only. The veth stage's RPS is the container's eth0's, whose
+		// sysfs is read-only (runc mounts the container's /sys ro, and
+		// every sysfs of that network namespace shares the superblock):
+		// enable finds that up front, steers the vxlan stage and says
+		// why (asked for explicitly, it is refused: below).
+		st, err := steer.Enable(steer.Options{Netns: s.Sandbox, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, StateFile: state})
 		if err != nil {
 			t.Fatalf("%+v", err)
 		}
 		if len(st.Attachments) == 0 || len(st.RPS) == 0 {
 			t.Fatalf("steering attached %+v, changed RPS %+v: want both", st.Attachments, st.RPS)
+		}
+		for _, sg := range st.Stages {
+			if sg.Name != "vxlan" {
+				t.Fatalf("stage %+v steered on a real container (its sysfs is read-only)", sg)
+			}
+		}
+		if w := strings.Join(st.Warnings, "\n"); !strings.Contains(w, "veth stage is not steered") || !strings.Contains(w, "read-only") {
+			t.Fatalf("warnings %q do not say why the veth stage is not steered", st.Warnings)
 		}
 		t.Logf("steering: %d attachments, RPS of %d devices, warnings %q", len(st.Attachments), len(st.RPS), st.Warnings)
 		if after := swarmSnapshot(t, s); after == before {
@@ -414,13 +424,14 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 		// read-only) and the refused enable leaves the node as it was.
 		state2 := filepath.Join(t.TempDir(), "steer.json")
 		t.Cleanup(func() { steer.Disable(state2) })
-		if _, err := steer.Enable(steer.Options{Netns: s.Sandbox, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Stages: []string{"veth"}, StateFile: state2}); err == nil {
-			t.Fatal("veth stage steered on a real container: its sysfs was expected read-only")
-		} else {
-			t.Logf("veth stage: %v", err)
+		_, err = steer.Enable(steer.Options{Netns: s.Sandbox, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85, Stages: []string{"veth"}, StateFile: state2})
+		if err == nil || !strings.Contains(err.Error(), "read-only sysfs") || !strings.Contains(err.Error(), "--stages vxlan") {
+			t.Fatalf("veth stage on a real container: got %v, want a refusal naming the read-only sysfs", err)
 		}
-		if err := steer.Disable(state2); err != nil {
-			t.Fatalf("disable after the refused veth stage: %v", err)
+		t.Logf("veth stage: %v", err)
+		// Refused before anything changed: no record is left.
+		if _, serr := os.Stat(state2); !errors.Is(serr, os.ErrNotExist) {
+			t.Fatalf("the refused enable left its state file: %v", serr)
 		}
 		if after := swarmSnapshot(t, s); after != before {
 			t.Fatalf("the node changed by a refused steer enable:\n%s", diffLines(before, after))

@@ -90,8 +90,11 @@ type Options struct {
 	// Static uses the first (hash) choice only.
 	Static bool
 	// Stages to steer: "vxlan" (S2, the VXLAN device's stage) and/or
-	// "veth" (S3, the container's device). Empty means both.
+	// "veth" (S3, the container's device). Empty means both, except
+	// where a container's sysfs is read-only (vethStageWritable).
 	Stages []string
+	// stagesDefault: Stages was empty (validate filled in both).
+	stagesDefault bool
 	// StateFile journals what Enable changed.
 	StateFile string
 	// FirstStage "cpumap" offloads the first stage with XDP (driver mode)
@@ -232,7 +235,7 @@ func (o *Options) validate() error {
 		return fmt.Errorf("steer: thresholds must be in (0, 1]")
 	}
 	if len(o.Stages) == 0 {
-		o.Stages = []string{"vxlan", "veth"}
+		o.Stages, o.stagesDefault = []string{"vxlan", "veth"}, true
 	}
 	none := slices.Equal(o.Stages, []string{"none"})
 	if none && o.FirstStage == "" {
@@ -434,6 +437,18 @@ func Enable(o Options) (st *State, err error) {
 	}
 	st = &State{Netns: o.Netns, CPUs: o.CPUs, Threshold: o.Threshold, AvgThreshold: o.AvgThreshold,
 		Hysteresis: o.Hysteresis, Static: o.Static}
+	if slices.Contains(o.Stages, "veth") {
+		// Checked before anything changes: a refused stage must not
+		// surface as a failed write half-way through enable.
+		if ro := readOnlyEndpoints(paths); len(ro) > 0 {
+			if !o.stagesDefault {
+				return nil, fmt.Errorf("steer: the veth stage cannot be steered: the rps_cpus of %s are on a read-only sysfs (a container runtime mounts the container's /sys read-only, and every sysfs of its network namespace shares that mount); steer the vxlan stage only (--stages vxlan)", strings.Join(ro, ", "))
+			}
+			o.Stages = slices.DeleteFunc(slices.Clone(o.Stages), func(s string) bool { return s == "veth" })
+			st.Warnings = append(st.Warnings, "the veth stage is not steered: the rps_cpus of "+strings.Join(ro, ", ")+
+				" are on a read-only sysfs (a container runtime's read-only /sys); the vxlan stage only")
+		}
+	}
 	var j *stateLog
 	defer func() {
 		if err == nil || j == nil {

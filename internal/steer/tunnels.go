@@ -1,11 +1,14 @@
 package steer
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/overlay"
 )
@@ -181,6 +184,36 @@ type attachment struct {
 	netns, dev string
 	cfg        steerDev
 	wire       bool // the underlay: steer_entry, key | devKeyWire
+}
+
+// readOnlyEndpoints names the container devices behind paths whose
+// rps_cpus cannot be written: runc mounts a container's /sys read-only,
+// and every sysfs mounted in that network namespace (ours too) shares the
+// superblock, so the veth stage's RPS cannot be set there. access(2)
+// reports EROFS for root as for anyone, without writing.
+func readOnlyEndpoints(paths []tunnelPath) []string {
+	var ro []string
+	for _, p := range paths {
+		for _, e := range p.endpoint {
+			name := e.netns + "/" + e.dev
+			if slices.Contains(ro, name) {
+				continue
+			}
+			err := inNetnsSysfs(e.netns, func() error {
+				qs, _ := filepath.Glob(filepath.Join("/sys/class/net", e.dev, "queues/rx-*/rps_cpus"))
+				for _, q := range qs {
+					if err := unix.Access(q, unix.W_OK); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if errors.Is(err, unix.EROFS) {
+				ro = append(ro, name)
+			}
+		}
+	}
+	return ro
 }
 
 // planTunnels writes the steering maps for every tunnel path (tunnels,
