@@ -71,8 +71,9 @@ switches only when that is better by more than the noise it measured, two
 trials in a row. Steering is not tried while every CPU it could move a
 stage to is busy with tasks (the application, a generator): --busy-tasks.
 While off, the datapath is parked: the stages' rps_cpus are the node's
-again and every program but the done hooks (which count deliveries) is
-detached, so "off" costs what the node costs without rxlane (--no-park
+again and every program is detached (the follower holds them; deliveries
+are counted from the containers' socket counters), so "off" costs what the
+node costs without rxlane (--no-park
 keeps steering's unsteered path). When --follow ends, a parked datapath
 is attached again with steering off, so that the next --follow can try
 steering; after a follower was killed while parked, disable and enable.
@@ -279,8 +280,11 @@ func printSteerStatus(w io.Writer, st steer.Status) error {
 			trial = fmt.Sprintf(" (trying %s now)", l.Running)
 		}
 		fmt.Fprintf(tw, "closed loop\t%s%s, %d switches, receive CPUs %v, updated %s\n", l.Placement, trial, l.Switches, l.RxCPUs, l.Updated)
-		if st.State != nil && st.State.Parked {
-			fmt.Fprintf(tw, "parked\tthe node's own path: its rps_cpus, no XDP, the programs return at once\n")
+		switch {
+		case st.Gone:
+			fmt.Fprintf(tw, "parked\tby a follower that is gone: its programs were freed; the node runs its own path (disable, then enable to steer again)\n")
+		case st.State != nil && st.State.Parked:
+			fmt.Fprintf(tw, "parked\tthe node's own path: its rps_cpus, no XDP, no tc filter (the follower holds the programs)\n")
 		}
 		if !l.Spare {
 			fmt.Fprintf(tw, "spare CPU\tnone: %s\n", l.Busy)

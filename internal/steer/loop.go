@@ -339,22 +339,19 @@ func (lr *loopRun) save(d *falcon.Decision) {
 // sample is the counters at one instant.
 type sample struct {
 	at        time.Time
-	done      uint64 // deliveries seen by the done hook
+	delivered uint64 // datagrams and segments the endpoints' sockets took
 	sockDrops uint64 // receive buffer drops of the endpoints' sockets
 	backlog   uint64 // backlog drops, all CPUs
 	idle      map[int]time.Duration
 	task      map[int]time.Duration
 }
 
+// measure samples the counters. Deliveries come from the endpoints'
+// namespaces' socket counters, not from the done hook: parked, the done
+// hooks are detached too (park.go), and every window, steered or parked,
+// is measured alike.
 func (lr *loopRun) measure() (sample, error) {
 	s := sample{at: time.Now()}
-	var v []uint64
-	if err := lr.m.SteerCounters.Lookup(uint32(CountDone), &v); err != nil {
-		return s, fmt.Errorf("read steer counters: %w", err)
-	}
-	for _, x := range v {
-		s.done += x
-	}
 	var err error
 	if s.idle, s.task, err = readCPUTimes(lr.f.Stat); err != nil {
 		return s, err
@@ -363,12 +360,13 @@ func (lr *loopRun) measure() (sample, error) {
 		return s, err
 	}
 	for _, ns := range endpointNetns(lr.st) {
-		// A container that is gone has no drops to count. (/proc of the
+		// A container that is gone has nothing to count. (/proc of the
 		// thread, not /sys: no private sysfs mount per read.)
 		_ = netns.Do(netnsPath(ns), false, func() error {
-			n, err := readSocketDrops()
-			s.sockDrops += n
-			return err
+			c := readEndpointCounters()
+			s.delivered += c.delivered
+			s.sockDrops += c.drops
+			return nil
 		})
 	}
 	return s, nil
@@ -379,9 +377,8 @@ func (lr *loopRun) measure() (sample, error) {
 func (lr *loopRun) window(a, b sample) falcon.Window {
 	wall := b.at.Sub(a.at)
 	w := falcon.Window{Seconds: wall.Seconds(), Placement: lr.loop.Placement()}
-	sock := float64(b.sockDrops - a.sockDrops)
-	w.Delivered = max(float64(b.done-a.done)-sock, 0)
-	w.Drops = sock + float64(b.backlog-a.backlog)
+	w.Delivered = float64(b.delivered - a.delivered)
+	w.Drops = float64(b.sockDrops-a.sockDrops) + float64(b.backlog-a.backlog)
 	load, task := map[int]float64{}, map[int]float64{}
 	for _, c := range lr.st.CPUs {
 		load[c] = min(max(1-float64(b.idle[c]-a.idle[c])/float64(wall), 0), 1)
@@ -449,12 +446,13 @@ func (lr *loopRun) deliveredCPUs() []int {
 	return out
 }
 
-// endpointNetns are the namespaces of the container stages.
+// endpointNetns are the namespaces of the container devices (the done
+// hooks' devices, steered or not).
 func endpointNetns(st *State) []string {
 	var out []string
-	for _, sg := range st.Stages {
-		if sg.Name == "veth" && !slices.Contains(out, sg.Netns) {
-			out = append(out, sg.Netns)
+	for _, a := range st.Attachments {
+		if ns := attachmentNetns(st, a); a.Done && !slices.Contains(out, ns) {
+			out = append(out, ns)
 		}
 	}
 	return out
@@ -497,24 +495,32 @@ func readBacklogDrops(path string) (uint64, error) {
 	return sum, nil
 }
 
-// readSocketDrops is the UDP receive buffer drops (IPv4 and IPv6) of the
-// calling thread's namespace.
-func readSocketDrops() (uint64, error) {
-	var sum uint64
-	for _, f := range []struct{ path, key string }{
-		{"/proc/thread-self/net/snmp", "Udp:RcvbufErrors"},
-		{"/proc/thread-self/net/snmp6", "Udp6RcvbufErrors"},
+// endpointCounters are a namespace's socket counters: UDP datagrams
+// delivered to sockets and TCP segments received (IPv4 and IPv6: TCP's
+// counters cover both), and UDP receive buffer drops.
+type endpointCounters struct{ delivered, drops uint64 }
+
+// readEndpointCounters reads the calling thread's namespace's counters.
+func readEndpointCounters() endpointCounters {
+	var c endpointCounters
+	for path, keys := range map[string][]string{
+		"/proc/thread-self/net/snmp":  {"Udp:InDatagrams", "Tcp:InSegs", "Udp:RcvbufErrors"},
+		"/proc/thread-self/net/snmp6": {"Udp6InDatagrams", "Udp6RcvbufErrors"},
 	} {
-		b, err := os.ReadFile(f.path)
+		b, err := os.ReadFile(path)
 		if err != nil {
 			continue // no IPv6
 		}
-		v, ok := snmpValue(string(b), f.key)
-		if ok {
-			sum += v
+		for _, k := range keys {
+			v, _ := snmpValue(string(b), k)
+			if strings.HasSuffix(k, "RcvbufErrors") {
+				c.drops += v
+			} else {
+				c.delivered += v
+			}
 		}
 	}
-	return sum, nil
+	return c
 }
 
 // snmpValue finds key in /proc/net/snmp ("Proto:Field", header line then

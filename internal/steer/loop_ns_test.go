@@ -164,7 +164,7 @@ type parkView struct {
 	// filters and stages: the tc filters of the attachments other than
 	// the done hooks that are attached, of how many
 	filters, stages int
-	done            int // done hooks attached
+	done, hooks     int // done hooks attached, of how many
 	err             error
 }
 
@@ -199,7 +199,9 @@ func viewPark(state string) (v parkView) {
 		}
 	}
 	for _, a := range st.Attachments {
-		if !a.Done {
+		if a.Done {
+			v.hooks++
+		} else {
 			v.stages++
 		}
 		if err := inNetnsSysfs(attachmentNetns(st, a), func() error {
@@ -243,12 +245,13 @@ func (v parkView) check(parked bool) error {
 	if v.parked != parked || v.flag != parked || v.xdp == parked {
 		return fmt.Errorf("journal parked %v, program flag %v, XDP attached %v; want parked %v", v.parked, v.flag, v.xdp, parked)
 	}
-	want := v.stages
+	// Parked, every filter is detached, the done hooks too.
+	want, wantDone := v.stages, v.hooks
 	if parked {
-		want = 0
+		want, wantDone = 0, 0
 	}
-	if v.stages == 0 || v.filters != want || v.done == 0 {
-		return fmt.Errorf("%d of %d stage filters and %d done hooks attached; want parked %v", v.filters, v.stages, v.done, parked)
+	if v.stages == 0 || v.hooks == 0 || v.filters != want || v.done != wantDone {
+		return fmt.Errorf("%d of %d stage filters and %d of %d done hooks attached; want parked %v", v.filters, v.stages, v.done, v.hooks, parked)
 	}
 	for k, got := range v.rps {
 		want := v.mask
@@ -270,8 +273,8 @@ func sameMask(a, b string) bool {
 }
 
 // TestParkedFollowerKilled: a follower killed while parked leaves its
-// detached programs freed (nothing holds them). Status still reads the
-// state through the done hooks, a new follower refuses with
+// detached programs freed (nothing holds them, nothing is attached).
+// Status says so from the state, a new follower refuses with
 // ErrParkedGone instead of steering half a datapath, and disable
 // restores hostB exactly as before enable.
 func TestParkedFollowerKilled(t *testing.T) {
@@ -304,8 +307,13 @@ func TestParkedFollowerKilled(t *testing.T) {
 	}
 	pk.close() // the follower dies: nothing holds the programs
 	m.Close()
-	s, err := ReadStatus(state)
-	if err != nil || !s.Enabled || s.On || len(s.Flows) != 0 {
+	// The detached filters' references go after an RCU grace period:
+	// until then the programs are still there by ID.
+	var s Status
+	if !pollUntil(5*time.Second, 10*time.Millisecond, func() (bool, error) {
+		s, err = ReadStatus(state)
+		return s.Gone, err
+	}) || err != nil || !s.Enabled || s.On || len(s.Flows) != 0 {
 		t.Fatalf("status while parked without a follower: %+v, %v", s, err)
 	}
 	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: DefaultLoopOptions()}

@@ -3,7 +3,6 @@ package steer
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -19,11 +18,14 @@ import (
 // (with veth: every frame converted to an XDP buffer and back). Measured
 // on the lab VM that cost 7-11% CPU per packet, and a third of the
 // delivered rate for cpumap with one flow. Parked, the rps_cpus are the
-// node's again, the XDP program and every tc filter but the done hooks
+// node's again, the XDP program and every tc filter, the done hooks too,
 // are detached (held open by the follower), and the programs return at
-// once should a packet still meet one (STEER_F_PARKED); the done hook only
-// counts deliveries, which the loop's windows need. Other processes
-// (status, disable) find the maps through the done hooks then.
+// once should a packet still meet one (STEER_F_PARKED). Even a program
+// that returns at once costs its tc hook per packet: with the done hooks
+// left attached, parked cost 1.00-1.08x vanilla's CPU per packet. The
+// loop's windows count deliveries from the endpoints' socket counters
+// instead (readEndpointCounters), and other processes (status, disable)
+// find the maps through the held programs' IDs (openMaps).
 //
 // park runs once the entry sends every flow direct and the guard saw
 // them drained, so no packet is on a steered CPU when RPS changes back;
@@ -48,7 +50,7 @@ var ErrParkedGone = errors.New("steer: the parked programs are gone (the followe
 // parking is the parked datapath of one follower: the state and maps it
 // acts on, and the programs it detaches while parked (held open:
 // detached, nothing else keeps them): the first stage's XDP program and
-// the tc programs of every attachment but the done hooks.
+// the tc programs of every attachment.
 type parking struct {
 	stateFile string
 	st        *State
@@ -91,7 +93,7 @@ func (p *parking) hold() error {
 		p.tc = map[int]*ebpf.Program{}
 	}
 	for i, a := range p.st.Attachments {
-		if a.Done || a.Prog == 0 || p.tc[i] != nil {
+		if a.Prog == 0 || p.tc[i] != nil {
 			continue
 		}
 		prog, err := open(a.Prog)
@@ -121,14 +123,9 @@ func (p *parking) park(drain time.Duration) error {
 	if fs := p.st.FirstStage; fs != nil && fs.XDPProgID != 0 {
 		errs = append(errs, detachXDP(p.st.Netns, fs.Device, fs.XDPProgID))
 	}
-	// Even a program that returns at once costs its tc hook per packet
-	// (measured: 5-6% CPU per packet at 400 kpps): only the done hooks
-	// stay, for the loop's delivery count (and the maps' anchor). With no
-	// done hook (no container endpoint found) the filters stay too:
-	// nothing else would let status and disable find the maps.
-	hasDone := slices.ContainsFunc(p.st.Attachments, func(a Attachment) bool { return a.Done })
+	// Every filter goes, the done hooks too (see the top of the file).
 	for i, a := range p.st.Attachments {
-		if hasDone && !a.Done && p.tc[i] != nil {
+		if p.tc[i] != nil {
 			err := inNetnsSysfs(attachmentNetns(p.st, a), func() error { return a.filter().Remove(a.Device) })
 			if err != nil && !errors.Is(err, errNoNetns) {
 				errs = append(errs, err)
@@ -155,8 +152,8 @@ func (p *parking) unpark() error {
 			}
 		}
 	}
-	// Nothing touched the guard or the flows while parked (the done hook
-	// kept no count of direct packets): they start again as new.
+	// Nothing touched the guard or the flows while parked (no done hook
+	// counted direct packets): they start again as new.
 	if err := emptyMap(p.m.SteerGuards); err != nil {
 		return err
 	}

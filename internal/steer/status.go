@@ -40,6 +40,20 @@ func openMaps(st *State) (*steerMaps, error) {
 			}
 		}
 	}
+	// Parked, nothing is attached: the follower holds the programs, and
+	// their IDs are in the state.
+	if st.Parked {
+		for _, done := range []bool{false, true} {
+			for _, a := range st.Attachments {
+				if a.Done == done && a.Prog != 0 {
+					if m, err := programMaps(int(a.Prog), done); err == nil {
+						return m, nil
+					}
+				}
+			}
+		}
+		return nil, ErrParkedGone
+	}
 	return nil, ErrNotEnabled
 }
 
@@ -298,6 +312,9 @@ type Status struct {
 	CPUs     []CPULoad         `json:"cpus"`
 	Counters map[string]uint64 `json:"counters"`
 	Flows    []FlowStage       `json:"flows"`
+	// Gone: parked by a follower that was killed, its programs freed
+	// (ErrParkedGone); disable, then enable again.
+	Gone bool `json:"programs_gone,omitempty"`
 	// Loop is the closed loop's decisions (nil: no loop ran).
 	Loop *LoopStatus `json:"loop,omitempty"`
 }
@@ -317,6 +334,12 @@ func ReadStatus(stateFile string) (Status, error) {
 		return s, nil // the program may be half attached: nothing to read
 	}
 	m, err := openMaps(st)
+	if errors.Is(err, ErrParkedGone) {
+		// Parked by a follower that is gone: nothing attached, nothing
+		// to read; the node runs its own path.
+		s.Gone = true
+		return s, nil
+	}
 	if err != nil {
 		return s, err
 	}
