@@ -90,7 +90,8 @@ func New(src Sources) *Exporter {
 		}),
 	}
 	e.buildInfo.Set(1)
-	e.reg.MustRegister(e, e.reconcileErrors, e.reconcileDuration, e.scrapeErrors, e.buildInfo,
+	// scrapeErrors is collected by e itself, after the sources it counts.
+	e.reg.MustRegister(e, e.reconcileErrors, e.reconcileDuration, e.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return e
 }
@@ -131,6 +132,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range metricDescs {
 		ch <- d
 	}
+	e.scrapeErrors.Describe(ch)
 }
 
 // Collect reads every source once. A source that fails (a namespace
@@ -141,6 +143,10 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	e.collectLanes(ch)
 	e.collectSteer(ch)
 	e.collectIsolate(ch)
+	// Last: the registry collects its collectors concurrently, so a
+	// vector registered on its own could be read before this scrape's
+	// failures were counted.
+	e.scrapeErrors.Collect(ch)
 }
 
 // sourceDone reports one source's outcome.
