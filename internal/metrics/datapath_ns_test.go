@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
@@ -156,7 +158,7 @@ func TestScrapeOnTestbed(t *testing.T) {
 	// Isolation: one real setting (vhB's RPS mask, in hostB), applied and
 	// journaled, then changed behind rxlane's back.
 	rel := "sys/class/net/" + testbed.VhB + "/queues/rx-0/rps_cpus"
-	plan := &isolate.Plan{Changes: []isolate.Change{{Kind: isolate.KindRPS, Object: testbed.VhB + " rx-0 rps_cpus", Netns: hostB, Path: rel, New: "1"}}}
+	plan := &isolate.Plan{Changes: []isolate.Change{{Kind: isolate.KindRPS, Object: testbed.VhB + " rx-0", Netns: hostB, Path: rel, New: "1"}}}
 	if _, err := sys.Apply(plan); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func TestScrapeOnTestbed(t *testing.T) {
 			t.Errorf("revert isolation: %v", err)
 		}
 	})
-	driftLabels := map[string]string{"kind": "rps", "object": testbed.VhB + " rx-0 rps_cpus", "netns": hostB}
+	driftLabels := map[string]string{"kind": "rps", "object": testbed.VhB + " rx-0", "netns": hostB}
 
 	before, err := store.Stats()
 	if err != nil {
@@ -326,6 +328,12 @@ func TestScrapeOnTestbed(t *testing.T) {
 		t.Errorf("no active vxlan flow in rxlane_steer_stage_flows:\n%s", s.text)
 	}
 	promtoolCheck(t, s.text)
+	// Every metric Collect made is one Describe announced, with its labels.
+	pedantic := prometheus.NewPedanticRegistry()
+	pedantic.MustRegister(exp)
+	if _, err := pedantic.Gather(); err != nil {
+		t.Errorf("pedantic gather: %v", err)
+	}
 }
 
 // TestScrapeSurvivesAFailingSource: a namespace deleted after the agent

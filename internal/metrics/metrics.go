@@ -113,6 +113,16 @@ func (e *Exporter) ObserveReconcile(netns string, d time.Duration, err error) {
 	}
 }
 
+// Forget drops the agent's own series of a namespace it no longer
+// manages (its reconcile and scrape-error series), so a namespace removed
+// from the configuration leaves no series behind. The datapath's series
+// go with the source at the next scrape.
+func (e *Exporter) Forget(netns string) {
+	e.reconcileErrors.DeleteLabelValues(netns)
+	e.reconcileDuration.DeleteLabelValues(netns)
+	e.scrapeErrors.DeletePartialMatch(prometheus.Labels{"netns": netns})
+}
+
 // NetnsLabel is a namespace's netns label: what the user wrote for it (a
 // name in /run/netns or a path), "host" for the agent's own namespace.
 // The agent labels ObserveReconcile and SteerSource with it too, so one

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"runtime"
@@ -53,12 +54,22 @@ func TestServeEndpoints(t *testing.T) {
 	}
 	for _, m := range h.Metric {
 		if m.Label[0].GetValue() == "nsA" {
-			if hs := m.Histogram; hs.GetSampleCount() != 2 || hs.GetSampleSum() != 2.003 {
+			if hs := m.Histogram; hs.GetSampleCount() != 2 || math.Abs(hs.GetSampleSum()-2.003) > 1e-9 {
 				t.Errorf("nsA reconcile histogram: count %d sum %v, want 2 and 2.003 s", hs.GetSampleCount(), hs.GetSampleSum())
 			}
 		}
 	}
 	promtoolCheck(t, s.text)
+
+	// A namespace the agent no longer manages leaves no series.
+	exp.Forget("nsA")
+	s = scrapeMetrics(t, base)
+	if _, ok := s.value(t, "rxlane_reconcile_errors_total", map[string]string{"netns": "nsA"}); ok {
+		t.Error("nsA's reconcile errors still reported after Forget")
+	}
+	if _, ok := s.value(t, "rxlane_reconcile_errors_total", map[string]string{"netns": "nsB"}); !ok {
+		t.Error("Forget(nsA) dropped nsB's series")
+	}
 }
 
 // TestServeShutsDown: Serve returns nil once its context ends, and the
