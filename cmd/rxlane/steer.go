@@ -75,8 +75,9 @@ again and every program is detached (the follower holds them; deliveries
 are counted from the containers' socket counters), so "off" costs what the
 node costs without rxlane (--no-park
 keeps steering's unsteered path). When --follow ends, a parked datapath
-is attached again with steering off, so that the next --follow can try
-steering; after a follower was killed while parked, disable and enable.
+is attached again with steering off; while parked, the detached programs
+are pinned under /sys/fs/bpf/rxlane/steer, so a follower killed while
+parked leaves them for the next --follow, which resumes.
 Decisions and their reasons are in 'steer status'.
 
   rxlane steer enable --netns rxl-hostB --cpus 0-3 --follow
@@ -282,9 +283,9 @@ func printSteerStatus(w io.Writer, st steer.Status) error {
 		fmt.Fprintf(tw, "closed loop\t%s%s, %d switches, receive CPUs %v, updated %s\n", l.Placement, trial, l.Switches, l.RxCPUs, l.Updated)
 		switch {
 		case st.Gone:
-			fmt.Fprintf(tw, "parked\tby a follower that is gone: its programs were freed; the node runs its own path (disable, then enable to steer again)\n")
+			fmt.Fprintf(tw, "parked\tits programs are gone (their pins were removed after the follower ended): the node runs its own path (disable, then enable to steer again)\n")
 		case st.State != nil && st.State.Parked:
-			fmt.Fprintf(tw, "parked\tthe node's own path: its rps_cpus, no XDP, no tc filter (the follower holds the programs)\n")
+			fmt.Fprintf(tw, "parked\tthe node's own path: its rps_cpus, no XDP, no tc filter (the programs pinned in %s)\n", st.State.PinDir)
 		}
 		if !l.Spare {
 			fmt.Fprintf(tw, "spare CPU\tnone: %s\n", l.Busy)

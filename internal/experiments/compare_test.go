@@ -171,6 +171,32 @@ func TestLoopGoals(t *testing.T) {
 	}
 }
 
+// TestCpumapGoalNeedsOneFlow: the cpumap single-flow goal is judged only
+// when the sweep measured one flow (a 4-flow rerun once printed it met,
+// "+NaN%").
+func TestCpumapGoalNeedsOneFlow(t *testing.T) {
+	r := &ThroughputCompareReport{Variants: []SteerVariant{{Name: "vanilla"}, {Name: "cpumap"}},
+		MaxDeliveredPPS: map[string]float64{"vanilla/4": 300e3, "cpumap/4": 301e3}}
+	for _, g := range r.evaluate() {
+		if strings.Contains(g.Goal, "single-flow") {
+			t.Fatalf("goal %+v judged without a single-flow point", g)
+		}
+	}
+	r.MaxDeliveredPPS["vanilla/1"], r.MaxDeliveredPPS["cpumap/1"] = 300e3, 310e3
+	var judged bool
+	for _, g := range r.evaluate() {
+		if strings.Contains(g.Goal, "single-flow") {
+			judged = true
+			if g.Met {
+				t.Fatalf("goal %+v: +3%% is not 15%% above", g)
+			}
+		}
+	}
+	if !judged {
+		t.Fatal("the single-flow goal was not judged with a single-flow point")
+	}
+}
+
 func TestParseNodeKnowsTheRealFlannelNode(t *testing.T) {
 	if !slices.Contains(NodeKinds(), NodeFlanneld) {
 		t.Fatalf("NodeKinds %v lack %s", NodeKinds(), NodeFlanneld)

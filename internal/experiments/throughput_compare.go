@@ -359,6 +359,9 @@ func (r *ThroughputCompareReport) evaluate() []CompareGoal {
 				continue
 			}
 			van := r.MaxDeliveredPPS[maxKey(base, 1)]
+			if van == 0 {
+				continue // no single-flow point measured: nothing to judge
+			}
 			goals = append(goals, CompareGoal{Goal: fmt.Sprintf("first-stage offload (cpumap) >= 15%% above %s's single-flow maximum", base),
 				Met: cm >= 1.15*van, Detail: fmt.Sprintf("%s %.0f kpps, cpumap %.0f kpps (%+.1f%%)", base, van/1e3, cm/1e3, 100*(cm/van-1))})
 		}

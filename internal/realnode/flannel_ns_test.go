@@ -20,11 +20,9 @@ import (
 
 	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/lanes"
-	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/steer"
-	"github.com/rxlane/rxlane/internal/trace"
 )
 
 // upFlannel brings a Flannel node up for a test, closed in cleanup; it
@@ -512,48 +510,15 @@ func TestFlannelSteer(t *testing.T) {
 			podDev = s.Device
 		}
 	}
-	// The kernel's own view, through the NAPI tracer: on which CPU each
-	// stage's device received the flow (net:netif_receive_skb fires where
-	// the stage runs, after RPS moved it).
-	var inodes []uint32
-	for _, ns := range []string{f.Netns, pod.Netns} {
-		ref, err := netns.Resolve(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ino, err := trace.NetnsInode(ref.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inodes = append(inodes, ino)
-	}
-	tr, err := trace.Start(context.Background(), trace.Options{Devices: []string{"flannel.1", podDev}, Netns: inodes, DeliveryDevice: podDev, NoPolls: true, NoDelays: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const sent = 300
-	if got, err := sendUDP(tx, rx, dst, 0, sent, 1); err != nil || got != sent {
-		tr.Stop()
-		t.Fatalf("steered: %d of %d arrived intact in order (%v)", got, sent, err)
-	}
-	if got, err := sendUDP(tx, rx, dst, 0, 100, 100); got != 100 {
-		tr.Stop()
-		t.Fatalf("steered burst: %d of 100 arrived intact in order: %v", got, err)
-	}
-	rep, err := tr.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("stage packets %+v", rep.StagePackets)
-	received := map[string]map[int]uint64{} // device -> CPU -> packets
-	for _, sp := range rep.StagePackets {
-		if sp.Event == "receive" {
-			if received[sp.Device] == nil {
-				received[sp.Device] = map[int]uint64{}
-			}
-			received[sp.Device][sp.CPU] += sp.Packets
+	received := stageReceives(t, []string{"flannel.1", podDev}, []string{f.Netns, pod.Netns}, func() {
+		if got, err := sendUDP(tx, rx, dst, 0, sent, 1); err != nil || got != sent {
+			t.Fatalf("steered: %d of %d arrived intact in order (%v)", got, sent, err)
 		}
-	}
+		if got, err := sendUDP(tx, rx, dst, 0, 100, 100); got != 100 {
+			t.Fatalf("steered burst: %d of 100 arrived intact in order: %v", got, err)
+		}
+	})
 	// Each stage ran where steering chose: the datapath's own records
 	// (the committed CPU is the rule's choice, nothing deferred at the
 	// end) and the done hook, which runs on the pod's device where the
@@ -581,26 +546,9 @@ func TestFlannelSteer(t *testing.T) {
 		t.Fatalf("the pod's deliveries ran on CPU %d, steering put its stage on CPU %d", ve.DeliveredCPU, ve.CPU)
 	}
 	// The tracer agrees: each device received the flow's 400 datagrams
-	// on the CPU steering chose for its stage, and (within 1%: nothing
-	// else is sent to the pod, but a choice may move with load) not
-	// elsewhere.
-	for _, c := range []struct {
-		dev string
-		fs  steer.FlowStage
-	}{{"flannel.1", vx}, {podDev, ve}} {
-		var on, off uint64
-		for cpu, n := range received[c.dev] {
-			if cpu == c.fs.CPU {
-				on += n
-			} else {
-				off += n
-			}
-		}
-		t.Logf("tracer: %s received %d on CPU %d (the %s stage's), %d elsewhere", c.dev, on, c.fs.CPU, c.fs.Stage, off)
-		if on < sent+100 || off*100 > sent+100 {
-			t.Fatalf("tracer: %s received %v per CPU; steering chose CPU %d for its stage", c.dev, received[c.dev], c.fs.CPU)
-		}
-	}
+	// on the CPU steering chose for its stage.
+	checkStageCPU(t, received, "flannel.1", vx, sent+100)
+	checkStageCPU(t, received, podDev, ve, sent+100)
 	if err := steer.Disable(sf); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ package realnode
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -28,7 +29,9 @@ import (
 
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/steer"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/rxlane/rxlane/internal/trace"
 )
 
 // pattern is n bytes of a counting pattern whose period (251*256 bytes)
@@ -329,4 +332,70 @@ func addRule(t *testing.T, rules *policy.Set, s policy.Spec) int {
 		t.Fatal(err)
 	}
 	return r.ID
+}
+
+// stageReceives runs fn under the NAPI tracer and returns, per device of
+// devs (in the namespaces nss), the packets net:netif_receive_skb saw on
+// each CPU: that event fires where a stage runs, after RPS moved it.
+func stageReceives(t *testing.T, devs, nss []string, fn func()) map[string]map[int]uint64 {
+	t.Helper()
+	var inodes []uint32
+	for _, ns := range nss {
+		ref, err := netns.Resolve(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ino, err := trace.NetnsInode(ref.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inodes = append(inodes, ino)
+	}
+	// A delivery device makes the tracer follow packet events (not only
+	// polls).
+	tr, err := trace.Start(context.Background(), trace.Options{Devices: devs, Netns: inodes, DeliveryDevice: devs[len(devs)-1], NoPolls: true, NoDelays: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if tr != nil {
+			tr.Stop()
+		}
+	}()
+	fn()
+	rep, err := tr.Stop()
+	tr = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tracer: stage packets %+v", rep.StagePackets)
+	received := map[string]map[int]uint64{}
+	for _, sp := range rep.StagePackets {
+		if sp.Event == "receive" {
+			if received[sp.Device] == nil {
+				received[sp.Device] = map[int]uint64{}
+			}
+			received[sp.Device][sp.CPU] += sp.Packets
+		}
+	}
+	return received
+}
+
+// checkStageCPU fails unless dev received at least n packets on the CPU
+// steering chose for the flow's stage fs and (within 1%: nothing else is
+// sent there, but a choice may move with load) none elsewhere.
+func checkStageCPU(t *testing.T, received map[string]map[int]uint64, dev string, fs steer.FlowStage, n uint64) {
+	t.Helper()
+	var on, off uint64
+	for cpu, k := range received[dev] {
+		if cpu == fs.CPU {
+			on += k
+		} else {
+			off += k
+		}
+	}
+	t.Logf("tracer: %s received %d on CPU %d (the %s stage's), %d elsewhere", dev, on, fs.CPU, fs.Stage, off)
+	if on < n || off*100 > n {
+		t.Fatalf("tracer: %s received %v per CPU; steering chose CPU %d for its stage", dev, received[dev], fs.CPU)
+	}
 }

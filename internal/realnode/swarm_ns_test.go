@@ -410,9 +410,26 @@ func TestSwarmLanesAndSteering(t *testing.T) {
 			t.Fatal("steering changed nothing on the node")
 		}
 		hi, tx := listenUDP(t, c1.Netns, netip.Addr{}, 7000), listenUDP(t, s.Sender.Netns, netip.Addr{}, 0)
-		if _, err := sendUDP(tx, hi, netip.AddrPortFrom(c1.Addr, 7000), 0, 200, 25); err != nil {
+		vx := st.Stages[0].Device
+		received := stageReceives(t, []string{vx}, []string{s.Sandbox}, func() {
+			if got, err := sendUDP(tx, hi, netip.AddrPortFrom(c1.Addr, 7000), 0, 200, 25); err != nil || got != 200 {
+				t.Fatalf("steered: %d of 200 arrived intact in order (%v)", got, err)
+			}
+		})
+		// The vxlan stage ran where steering chose: the datapath's record
+		// of the flow and the tracer agree.
+		ss, err := steer.ReadStatus(state)
+		if err != nil {
 			t.Fatal(err)
 		}
+		i := slices.IndexFunc(ss.Flows, func(fs steer.FlowStage) bool { return fs.Stage == "vxlan" && fs.Packets >= 200 && fs.Active })
+		if i < 0 {
+			t.Fatalf("no steered flow at the vxlan stage: %+v", ss.Flows)
+		}
+		if fs := ss.Flows[i]; fs.CPU != fs.WantCPU || fs.InFlight != 0 {
+			t.Fatalf("flow %08x on CPU %d, the rule chose %d (%d in flight)", fs.FlowHash, fs.CPU, fs.WantCPU, fs.InFlight)
+		}
+		checkStageCPU(t, received, vx, ss.Flows[i], 200)
 		tcpStream(t, s.Sender.Netns, netip.Addr{}, c1.Netns, netip.AddrPortFrom(c1.Addr, 7001), 1<<20)
 		if err := steer.Disable(state); err != nil {
 			t.Fatal(err)

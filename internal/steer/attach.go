@@ -184,6 +184,9 @@ type State struct {
 	// Parked: the loop parked the datapath while off (park.go): the
 	// node's own rps_cpus and no XDP, the programs returning at once.
 	Parked bool `json:"parked,omitempty"`
+	// PinDir holds the parked programs' pins (park.go), removed when
+	// they are attached again and by disable.
+	PinDir string `json:"pin_dir,omitempty"`
 	// Interrupted: the enable that wrote the journal did not complete
 	// (killed half way); the state lists every change it may have made,
 	// for disable.
@@ -669,6 +672,8 @@ func disable(st *State) error {
 	if fs := st.FirstStage; fs != nil {
 		errs = append(errs, restorePeerTx(fs.PeerTx))
 	}
+	// A parked datapath's pins: the last references to its programs.
+	errs = append(errs, unpin(st.PinDir))
 	return errors.Join(errs...)
 }
 

@@ -165,6 +165,7 @@ type parkView struct {
 	// the done hooks that are attached, of how many
 	filters, stages int
 	done, hooks     int // done hooks attached, of how many
+	pins            int // programs pinned in the state's pin directory
 	err             error
 }
 
@@ -186,6 +187,10 @@ func viewPark(state string) (v parkView) {
 		return v
 	}
 	v.flag = cfg.Flags&flagParked != 0
+	if st.PinDir != "" {
+		pins, _ := filepath.Glob(filepath.Join(st.PinDir, "*"))
+		v.pins = len(pins)
+	}
 	for _, c := range st.RPS {
 		key := c.Dev + "/" + c.Queue
 		v.want[key] = c.Prev
@@ -253,6 +258,11 @@ func (v parkView) check(parked bool) error {
 	if v.stages == 0 || v.hooks == 0 || v.filters != want || v.done != wantDone {
 		return fmt.Errorf("%d of %d stage filters and %d of %d done hooks attached; want parked %v", v.filters, v.stages, v.done, v.hooks, parked)
 	}
+	// Parked, every detached program is pinned (a killed follower's
+	// successor finds them); attached, none is.
+	if wantPins := (v.stages + v.hooks) * btoi(parked); v.pins < wantPins || !parked && v.pins != 0 {
+		return fmt.Errorf("%d programs pinned; want parked %v", v.pins, parked)
+	}
 	for k, got := range v.rps {
 		want := v.mask
 		if parked {
@@ -265,6 +275,13 @@ func (v parkView) check(parked bool) error {
 	return nil
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // sameMask compares sysfs cpumasks ("00000003" and "3").
 func sameMask(a, b string) bool {
 	x, errA := isolate.ParseMask(a)
@@ -273,10 +290,11 @@ func sameMask(a, b string) bool {
 }
 
 // TestParkedFollowerKilled: a follower killed while parked leaves its
-// detached programs freed (nothing holds them, nothing is attached).
-// Status says so from the state, a new follower refuses with
-// ErrParkedGone instead of steering half a datapath, and disable
-// restores hostB exactly as before enable.
+// detached programs pinned: status reads them, and a new follower resumes
+// (attaching them again when it ends, the pins removed). Should the pins
+// go too (someone removed them), the programs are freed: status says so,
+// a new follower refuses with ErrParkedGone instead of steering half a
+// datapath, and disable restores hostB exactly as before enable.
 func TestParkedFollowerKilled(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("skipping: needs 2 CPUs")
@@ -305,8 +323,48 @@ func TestParkedFollowerKilled(t *testing.T) {
 	if err := viewPark(state).check(true); err != nil {
 		t.Fatal(err)
 	}
-	pk.close() // the follower dies: nothing holds the programs
+	pk.close() // the follower dies: only the pins hold the programs
 	m.Close()
+	if st, err = loadState(state); err != nil || st.PinDir == "" {
+		t.Fatalf("parked state %+v (%v): want its pin directory", st, err)
+	}
+	pins, _ := filepath.Glob(filepath.Join(st.PinDir, "*"))
+	if len(pins) != len(st.Attachments)+1 { // every tc program and XDP
+		t.Fatalf("pinned %v, want %d programs", pins, len(st.Attachments)+1)
+	}
+	if s, err := ReadStatus(state); err != nil || !s.Enabled || s.On || s.Gone {
+		t.Fatalf("status while parked without a follower: %+v, %v", s, err)
+	}
+	// A new follower resumes; when it ends, the datapath is attached
+	// again (steering off) and the pins are gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond) // how long it follows
+	defer cancel()
+	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: DefaultLoopOptions()}
+	if err := f.Run(ctx); err != nil {
+		t.Fatalf("a new follower: %v", err)
+	}
+	if err := viewPark(state).check(false); err != nil {
+		t.Fatalf("after the resumed follower: %v", err)
+	}
+	if _, err := os.Stat(st.PinDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pins left after unpark: %v", err)
+	}
+	// Parked again, and this time the pins go too.
+	if st, err = loadState(state); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = openMaps(st); err != nil {
+		t.Fatal(err)
+	}
+	pk = &parking{stateFile: state, st: st, m: m}
+	if err := pk.park(DrainTimeout); err != nil {
+		t.Fatal(err)
+	}
+	pk.close()
+	m.Close()
+	if err := unpin(st.PinDir); err != nil {
+		t.Fatal(err)
+	}
 	// The detached filters' references go after an RCU grace period:
 	// until then the programs are still there by ID.
 	var s Status
@@ -314,9 +372,8 @@ func TestParkedFollowerKilled(t *testing.T) {
 		s, err = ReadStatus(state)
 		return s.Gone, err
 	}) || err != nil || !s.Enabled || s.On || len(s.Flows) != 0 {
-		t.Fatalf("status while parked without a follower: %+v, %v", s, err)
+		t.Fatalf("status while parked, programs freed: %+v, %v", s, err)
 	}
-	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: DefaultLoopOptions()}
 	if err := f.Run(context.Background()); !errors.Is(err, ErrParkedGone) {
 		t.Fatalf("a new follower: %v, want ErrParkedGone", err)
 	}

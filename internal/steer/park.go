@@ -3,11 +3,15 @@ package steer
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/rxlane/rxlane/internal/bpffs"
 	"github.com/rxlane/rxlane/internal/journal"
 )
 
@@ -40,12 +44,33 @@ const kindPark = "park"
 
 type parkIntent struct {
 	Parked bool `json:"parked"`
+	// PinDir: the held programs are pinned there (before they are
+	// detached).
+	PinDir string `json:"pin_dir,omitempty"`
+}
+
+// PinRoot holds one directory per parked datapath: the programs park
+// detaches, pinned, so a follower killed while parked leaves them for the
+// next one (and for status and disable) instead of freed.
+var PinRoot = filepath.Join(bpffs.Root, "rxlane", "steer")
+
+// pinDir is the pin directory of the state file's datapath: named by its
+// absolute path (one directory per state file, so two datapaths never
+// share one).
+func pinDir(stateFile string) string {
+	abs, err := filepath.Abs(stateFile)
+	if err != nil {
+		abs = stateFile
+	}
+	h := fnv.New64a()
+	h.Write([]byte(abs))
+	return filepath.Join(PinRoot, fmt.Sprintf("%016x", h.Sum64()))
 }
 
 // ErrParkedGone: the state is parked and its detached programs were
-// freed (the follower that held them was killed), so steering cannot be
-// tried again.
-var ErrParkedGone = errors.New("steer: the parked programs are gone (the follower that held them was killed while parked): run `rxlane steer disable`, then enable again")
+// freed (their pins removed, or the BPF filesystem unmounted, after the
+// follower that held them ended), so steering cannot be tried again.
+var ErrParkedGone = errors.New("steer: the parked programs are gone (not pinned, and the follower that held them ended): run `rxlane steer disable`, then enable again")
 
 // parking is the parked datapath of one follower: the state and maps it
 // acts on, and the programs it detaches while parked (held open:
@@ -60,16 +85,69 @@ type parking struct {
 }
 
 // journal writes the intent before the change.
-func (p *parking) journal(parked bool) error {
+func (p *parking) journal(parked bool, pins string) error {
 	l, err := journal.Append(p.stateFile)
 	if err != nil {
 		return err
 	}
-	err = l.Intent(kindPark, parkIntent{Parked: parked})
+	err = l.Intent(kindPark, parkIntent{Parked: parked, PinDir: pins})
 	if err = errors.Join(err, l.Close()); err == nil {
 		p.st.Parked = parked
+		if pins != "" {
+			p.st.PinDir = pins
+		}
 	}
 	return err
+}
+
+// pin pins the held programs in dir (journaled first, so disable removes
+// them whatever happens next). A pin outlives the follower: a killed
+// one's programs are still there for the next (which opens them by ID).
+func (p *parking) pin(dir string) error {
+	if err := bpffs.Ensure(dir); err != nil {
+		return err
+	}
+	if err := p.journal(p.st.Parked, dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("steer: pin parked programs: %w", err)
+	}
+	pin := func(prog *ebpf.Program, name string) error {
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err == nil {
+			return nil // pinned by an earlier park
+		}
+		// A clone: the held program itself keeps no pin path.
+		c, err := prog.Clone()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return c.Pin(path)
+	}
+	if p.xdp != nil {
+		if err := pin(p.xdp, "xdp"); err != nil {
+			return fmt.Errorf("steer: pin parked programs: %w", err)
+		}
+	}
+	for i, prog := range p.tc {
+		if err := pin(prog, fmt.Sprintf("tc_%d", i)); err != nil {
+			return fmt.Errorf("steer: pin parked programs: %w", err)
+		}
+	}
+	return nil
+}
+
+// unpin removes the pins of a parked datapath (nothing when none).
+func unpin(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("steer: remove the parked programs' pins: %w", err)
+	}
+	return nil
 }
 
 // hold opens the programs park detaches, so they outlive their
@@ -111,7 +189,10 @@ func (p *parking) park(drain time.Duration) error {
 	if err := p.hold(); err != nil {
 		return err
 	}
-	if err := p.journal(true); err != nil {
+	if err := p.pin(pinDir(p.stateFile)); err != nil {
+		return err
+	}
+	if err := p.journal(true, ""); err != nil {
 		return err
 	}
 	if !waitDrained(p.m, drain) {
@@ -141,7 +222,7 @@ func (p *parking) unpark() error {
 	if err := p.hold(); err != nil {
 		return err
 	}
-	if err := p.journal(false); err != nil {
+	if err := p.journal(false, ""); err != nil {
 		return err
 	}
 	// The filters first: parked, their programs return at once.
@@ -189,7 +270,8 @@ func (p *parking) unpark() error {
 			return err
 		}
 	}
-	return nil
+	// Attached, the programs need no pins.
+	return unpin(p.st.PinDir)
 }
 
 // unparkQuiet is how long unpark waits for the flows' first direct

@@ -88,6 +88,9 @@ func (st *State) record(kind string, data []byte) error {
 			return err
 		}
 		st.Parked = p.Parked
+		if p.PinDir != "" {
+			st.PinDir = p.PinDir
+		}
 	case kindPlacement:
 		var p placementIntent
 		if err := json.Unmarshal(data, &p); err != nil {

@@ -40,8 +40,8 @@ func openMaps(st *State) (*steerMaps, error) {
 			}
 		}
 	}
-	// Parked, nothing is attached: the follower holds the programs, and
-	// their IDs are in the state.
+	// Parked, nothing is attached: the follower holds the programs and
+	// their pins keep them (park.go); their IDs are in the state.
 	if st.Parked {
 		for _, done := range []bool{false, true} {
 			for _, a := range st.Attachments {
@@ -312,8 +312,9 @@ type Status struct {
 	CPUs     []CPULoad         `json:"cpus"`
 	Counters map[string]uint64 `json:"counters"`
 	Flows    []FlowStage       `json:"flows"`
-	// Gone: parked by a follower that was killed, its programs freed
-	// (ErrParkedGone); disable, then enable again.
+	// Gone: parked, and its programs were freed (their pins removed
+	// after the follower ended: ErrParkedGone); disable, then enable
+	// again.
 	Gone bool `json:"programs_gone,omitempty"`
 	// Loop is the closed loop's decisions (nil: no loop ran).
 	Loop *LoopStatus `json:"loop,omitempty"`
@@ -335,8 +336,8 @@ func ReadStatus(stateFile string) (Status, error) {
 	}
 	m, err := openMaps(st)
 	if errors.Is(err, ErrParkedGone) {
-		// Parked by a follower that is gone: nothing attached, nothing
-		// to read; the node runs its own path.
+		// Parked, its programs freed: nothing attached, nothing to
+		// read; the node runs its own path.
 		s.Gone = true
 		return s, nil
 	}
