@@ -1,11 +1,22 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/rxlane/rxlane/internal/agent"
+	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/netns"
 
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -84,5 +95,170 @@ lanes:
 	}
 	if _, err := os.Stat(filepath.Join(dir, "agent.sock")); !os.IsNotExist(err) {
 		t.Errorf("socket was created (%v)", err)
+	}
+}
+
+// startTestAgent runs an agent on file until the test ends (or stop)
+// and returns once it is ready.
+func startTestAgent(t *testing.T, file string) (stop func()) {
+	t.Helper()
+	a, err := agent.New(agent.Options{ConfigFile: file, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("agent ended: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent not ready in 15 s")
+	}
+	return stop
+}
+
+// sendUDP sends n datagrams from ctrA to ctrB's port, each received.
+func sendUDP(t *testing.T, cfg testbed.Config, port, n int) {
+	t.Helper()
+	var rx *net.UDPConn
+	if err := netns.Do(testbed.NetnsPath(cfg, testbed.CtrB), false, func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: testbed.OverlayB, Port: port})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	var tx *net.UDPConn
+	if err := netns.Do(testbed.NetnsPath(cfg, testbed.CtrA), false, func() (err error) {
+		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: testbed.OverlayB, Port: port})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	buf := make([]byte, 64)
+	for i := range n {
+		fmt.Fprintf(tx, "%d", i)
+		rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := rx.ReadFromUDP(buf); err != nil {
+			t.Fatalf("datagram %d to port %d not received: %v", i, port, err)
+		}
+	}
+}
+
+// TestLanesThroughAgent: while an agent runs, `rxlane lanes add/del/sync`
+// for a namespace it manages go through its socket: the rule lands in
+// the agent's store (not the CLI's --state-dir) and in the lane's maps
+// (it counts ctrB's packets); the config's own rule cannot be deleted
+// from the CLI. With the agent gone, leaving a stale socket file, the
+// CLI works directly again.
+func TestLanesThroughAgent(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	hostB := tb.NS(testbed.HostB)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "agent.sock")
+	agentLanes := filepath.Join(dir, "state", "lanes")
+	file := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf(`state_dir: %s/state
+socket: %s
+lanes:
+  - netns: %s
+    skip_netfilter: true
+    trust_outer_csum: true
+    rules:
+      - dst: %s
+        proto: udp
+        port: 7000
+`, dir, sock, hostB, testbed.OverlayB)), 0o644)
+	cliState := t.TempDir()
+	t.Setenv("RXLANE_STATE_DIR", cliState) // where a CLI that bypassed the agent would write
+	t.Setenv("RXLANE_AGENT_SOCKET", sock)
+	t.Cleanup(func() {
+		cfg, err := agent.LoadConfig(file)
+		if err == nil {
+			err = agent.Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		}
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	stopAgent := startTestAgent(t, file)
+
+	out, err := run("lanes", "add", "--netns", hostB, "--dst", testbed.OverlayB.String(), "--proto", "udp", "--port", "7002")
+	if err != nil || !strings.Contains(out, "rule 1: dst "+testbed.OverlayB.String()+"/32 proto udp port 7002") || !strings.Contains(out, "added as a runtime rule by the rxlane agent") {
+		t.Fatalf("lanes add through the agent: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(cliState, "lanes")); !os.IsNotExist(err) {
+		t.Fatalf("the CLI wrote its own state dir (%v): it bypassed the agent", err)
+	}
+	sendUDP(t, tb, 7002, 25)
+	out, err = run("lanes", "stats", "--netns", hostB, "--state-dir", agentLanes, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st lanes.Stats
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Rules) != 2 || st.Rules[1].Packets != 25 {
+		t.Fatalf("want the runtime rule 1 to count 25 packets: %s", out)
+	}
+	c, err := agent.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var as agent.Status
+	if err := c.Call(agent.Request{Op: agent.OpStatus}, &as); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if len(as.Lanes) != 1 || len(as.Lanes[0].Rules) != 2 || as.Lanes[0].Rules[0].Source != "config" || as.Lanes[0].Rules[1].Source != "runtime" {
+		t.Fatalf("agent status: %+v", as)
+	}
+
+	_, err = run("lanes", "del", "--netns", hostB, "0")
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "is in the agent's config (agent.yaml line 8)") {
+		t.Fatalf("deleting the config's rule: %v", err)
+	}
+	if out, err := run("lanes", "del", "--netns", hostB, "1"); err != nil || !strings.Contains(out, "deleted rule 1") {
+		t.Fatalf("lanes del through the agent: %v\n%s", err, out)
+	}
+	if out, err := run("lanes", "sync", "--netns", hostB); err != nil || !strings.Contains(out, "ENDPOINT") {
+		t.Fatalf("lanes sync through the agent: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(cliState, "lanes")); !os.IsNotExist(err) {
+		t.Fatalf("the CLI wrote its own state dir (%v): it bypassed the agent", err)
+	}
+
+	// The agent killed: its socket file stays behind, nobody answers.
+	stopAgent()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	out, err = run("lanes", "add", "--netns", hostB, "--state-dir", agentLanes, "--dst", testbed.OverlayB.String(), "--proto", "udp", "--port", "7003")
+	if err != nil || !strings.Contains(out, "rule 1: ") || strings.Contains(out, "agent") {
+		t.Fatalf("lanes add with a stale socket: %v\n%s", err, out)
+	}
+	sendUDP(t, tb, 7003, 5)
+	// A new agent starts over the stale socket, and takes the rule the
+	// CLI added without it out again (it is in neither the config nor
+	// the agent's runtime rules).
+	startTestAgent(t, file)
+	out, err = run("lanes", "list", "--netns", hostB, "--state-dir", agentLanes)
+	if err != nil || strings.Contains(out, "7003") || !strings.Contains(out, "port 7000") {
+		t.Fatalf("rules after a new agent: %v\n%s", err, out)
 	}
 }
