@@ -317,3 +317,11 @@ agent.yaml:9: steering[0].mode: "turbo": want static, dynamic or cpumap`
 		t.Fatalf("got\n%v\nwant\n%s", err, want)
 	}
 }
+
+// TestExampleConfig: the example config `make install` puts in
+// /etc/rxlane validates.
+func TestExampleConfig(t *testing.T) {
+	if _, err := LoadConfig("../../dist/agent.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}
