@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,11 +86,16 @@ See docs/agent.md for the config reference.`,
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
+			// SIGHUP reloads; the end of ctx (SIGTERM, Ctrl-C) is told to
+			// systemd as STOPPING=1 before the agent winds down.
+			signals := make(chan struct{})
 			go func() {
+				defer close(signals)
 				for {
 					select {
 					case <-ctx.Done():
@@ -103,11 +109,14 @@ See docs/agent.md for the config reference.`,
 					}
 				}
 			}()
-			return a.Run(ctx, func() {
+			err = a.Run(ctx, func() {
 				if err := agent.Notify("READY=1"); err != nil {
 					log.Warn("sd_notify", "error", err.Error())
 				}
 			})
+			cancel()
+			<-signals
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&config, "config", "", "the agent's YAML config")

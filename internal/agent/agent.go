@@ -365,7 +365,10 @@ func (a *Agent) apply(cfg, old *Config) error {
 	return errors.Join(errs...)
 }
 
+// sameSteer reports whether two steering entries ask for the same
+// (where in the file they are does not matter).
 func sameSteer(a, b SteerConfig) bool {
+	a.Line, a.ModeLine, b.Line, b.ModeLine = 0, 0, 0, 0
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)

@@ -113,10 +113,13 @@ func (c *Client) Call(req Request, result any) error {
 		return err
 	}
 	c.conn.SetDeadline(time.Now().Add(2 * time.Minute))
-	if _, err := c.conn.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("send to the agent: %w", err)
-	}
+	_, werr := c.conn.Write(append(b, '\n'))
+	// An answer may be there even when the write failed (a refused
+	// peer is answered at once).
 	line, err := c.rd.ReadBytes('\n')
+	if err != nil && werr != nil {
+		return fmt.Errorf("send to the agent: %w", werr)
+	}
 	if err != nil {
 		return fmt.Errorf("read the agent's answer: %w", err)
 	}
@@ -137,9 +140,10 @@ func (c *Client) Call(req Request, result any) error {
 type server struct {
 	ln    *net.UnixListener
 	agent *Agent
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[*net.UnixConn]bool
+	wg     sync.WaitGroup
+	mu     sync.Mutex // guards conns, closed and wg.Add against close's Wait
+	conns  map[*net.UnixConn]bool
+	closed bool
 }
 
 // listen makes the socket: its directory (0700 when created here), a
@@ -184,12 +188,13 @@ func listen(path string, a *Agent) (*server, error) {
 }
 
 func (s *server) close() {
-	s.ln.Close()
 	s.mu.Lock()
+	s.closed = true
 	for c := range s.conns {
 		c.Close()
 	}
 	s.mu.Unlock()
+	s.ln.Close()
 	s.wg.Wait()
 }
 
@@ -200,9 +205,14 @@ func (s *server) serve() {
 			return
 		}
 		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
 		s.conns[c] = true
-		s.mu.Unlock()
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			defer func() {
@@ -246,6 +256,10 @@ func (s *server) handleConn(c *net.UnixConn) {
 		}
 		s.agent.log.Warn("socket peer refused", "uid", uid, "pid", pid)
 		enc.Encode(Response{Error: msg, Code: CodeDenied})
+		// Take (and ignore) the peer's first request before closing, so
+		// that its write does not fail before it reads the answer.
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		bufio.NewReader(c).ReadBytes('\n')
 		return
 	}
 	sc := bufio.NewScanner(c)
