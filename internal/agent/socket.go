@@ -138,8 +138,8 @@ func (c *Client) Call(req Request, result any) error {
 
 // server is the agent's socket.
 type server struct {
-	ln    *net.UnixListener
-	agent *Agent
+	ln     *net.UnixListener
+	agent  *Agent
 	wg     sync.WaitGroup
 	mu     sync.Mutex // guards conns, closed and wg.Add against close's Wait
 	conns  map[*net.UnixConn]bool
