@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,15 +9,19 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rxlane/rxlane/internal/agent"
+	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/steer"
 
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -260,5 +265,155 @@ lanes:
 	out, err = run("lanes", "list", "--netns", hostB, "--state-dir", agentLanes)
 	if err != nil || strings.Contains(out, "7003") || !strings.Contains(out, "port 7000") {
 		t.Fatalf("rules after a new agent: %v\n%s", err, out)
+	}
+}
+
+// TestAgentProcess runs `rxlane agent` as systemd would: a process with
+// $NOTIFY_SOCKET and JSON logs, on a config with hostB's lane, static
+// steering and an isolation plan for hostB's wire. It must send READY=1
+// once all three are applied, reload on SIGHUP
+// (a rule added to the file lands in the lane), send STOPPING=1 and exit
+// 0 on SIGTERM leaving the lane serving and steering attached, and
+// `rxlane agent --cleanup` must then restore the testbed exactly.
+func TestAgentProcess(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	before := testbedtest.Snapshot(t, tb)
+	hostB := tb.NS(testbed.HostB)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	config := func(ports ...int) {
+		s := fmt.Sprintf("state_dir: %s/state\nsocket: %s/agent.sock\nlanes:\n  - netns: %s\n    skip_netfilter: true\n    trust_outer_csum: true\n    rules:\n", dir, dir, hostB)
+		for _, p := range ports {
+			s += fmt.Sprintf("      - dst: %s\n        proto: udp\n        port: %d\n", testbed.OverlayB, p)
+		}
+		s += fmt.Sprintf("steering:\n  - netns: %s\n    mode: static\n    cpus: \"0\"\n    follow: false\n", hostB)
+		s += fmt.Sprintf("isolation:\n  stack_cpus: \"0\"\n  devices: [\"%s:%s\"]\n", hostB, testbed.WireB)
+		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config(7000)
+	t.Cleanup(func() { run("agent", "--cleanup", "--config", file) }) // after a failure half way
+	notify := filepath.Join(dir, "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var stderr bytes.Buffer
+	next := func() string {
+		t.Helper()
+		buf := make([]byte, 256)
+		ln.SetReadDeadline(time.Now().Add(20 * time.Second))
+		n, err := ln.Read(buf)
+		if err != nil {
+			t.Fatalf("no sd_notify message: %v\nagent's log:\n%s", err, stderr.String())
+		}
+		return string(buf[:n])
+	}
+	self, _ := os.Executable()
+	cmd := exec.Command(self, "-test.run=^$", "--", "agent", "--config", file, "--log-format", "json")
+	cmd.Env = append(os.Environ(), "RXLANE_RUN_CLI=1", "NOTIFY_SOCKET="+notify)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := false
+	t.Cleanup(func() {
+		if !exited {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	if m := next(); m != "READY=1" {
+		t.Fatalf("first sd_notify message %q, want READY=1", m)
+	}
+	lanesDir := filepath.Join(dir, "state", "lanes")
+	out, err := run("isolate", "status", "--state-dir", filepath.Join(dir, "state", "isolate"), "--json")
+	var iso isolate.State
+	if err != nil || json.Unmarshal([]byte(out), &iso) != nil || !iso.Applied || !iso.Committed || len(iso.Entries) == 0 || iso.Drift != 0 {
+		t.Fatalf("isolation after READY=1: %v\n%s", err, out)
+	}
+	out, err = run("steer", "status", "--netns", hostB, "--state-dir", filepath.Join(dir, "state", "steer"))
+	if err != nil || !strings.Contains(out, "static (hash only)") {
+		t.Fatalf("steering after READY=1: %v\n%s", err, out)
+	}
+
+	config(7000, 7001)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := run("lanes", "list", "--netns", hostB, "--state-dir", lanesDir)
+		if err == nil && strings.Contains(out, "port 7001") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rule for 7001 never arrived after SIGHUP:\n%s\n%s", out, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(); m != "STOPPING=1" {
+		t.Fatalf("sd_notify message %q at SIGTERM, want STOPPING=1", m)
+	}
+	err = cmd.Wait()
+	exited = true
+	if err != nil {
+		t.Fatalf("agent exit: %v\n%s", err, stderr.String())
+	}
+	for _, l := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil || rec["msg"] == nil {
+			t.Fatalf("log line is not slog JSON: %q", l)
+		}
+	}
+	if !strings.Contains(stderr.String(), `"msg":"SIGHUP: reloading the config"`) {
+		t.Errorf("no SIGHUP in the log:\n%s", stderr.String())
+	}
+	// Fail open: the lane serves the new rule with the agent gone.
+	sendUDP(t, tb, 7001, 10)
+	out, err = run("lanes", "stats", "--netns", hostB, "--state-dir", lanesDir, "--json")
+	var st lanes.Stats
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st.Rules) != 2 || st.Rules[1].Packets != 10 {
+		t.Fatalf("lane after the agent stopped: %v\n%s", err, out)
+	}
+	// A new agent adopts steering as it was (same programs: resumed
+	// from its journal, not enabled again); --cleanup waits for it.
+	steerState := filepath.Join(dir, "state", "steer")
+	progs := func() string {
+		out, err := run("steer", "status", "--netns", hostB, "--state-dir", steerState, "--json")
+		var ss steer.Status
+		if err != nil || json.Unmarshal([]byte(out), &ss) != nil || ss.State == nil {
+			t.Fatalf("steer status: %v\n%s", err, out)
+		}
+		var ps []string
+		for _, a := range ss.State.Attachments {
+			ps = append(ps, fmt.Sprintf("%s:%d", a.Device, a.Prog))
+		}
+		return strings.Join(ps, " ")
+	}
+	steered := progs()
+	stop := startTestAgent(t, file)
+	if got := progs(); got != steered {
+		t.Fatalf("steering's programs changed by an agent restart: %s, then %s", steered, got)
+	}
+	if _, err := run("agent", "--cleanup", "--config", file); err == nil || !strings.Contains(err.Error(), "another rxlane agent is running") {
+		t.Fatalf("cleanup while an agent runs: %v", err)
+	}
+	stop()
+	if out, err := run("agent", "--cleanup", "--config", file); err != nil {
+		t.Fatalf("cleanup: %v\n%s", err, out)
+	}
+	if after := testbedtest.Snapshot(t, tb); after != before {
+		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "agent", "runtime-rules.json")); !os.IsNotExist(err) {
+		t.Errorf("agent state left after cleanup: %v", err)
 	}
 }

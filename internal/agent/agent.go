@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/steer"
@@ -62,6 +63,7 @@ type Agent struct {
 	steers  map[uint64]*steerRun // by namespace inode
 	runtime map[string][]policy.Rule
 	lock    *os.File
+	isoErr  string // the last isolation apply's error
 
 	ctx     context.Context
 	wg      sync.WaitGroup
@@ -135,7 +137,7 @@ func (a *Agent) Ready() bool {
 			return false
 		}
 	}
-	return true
+	return a.isoErr == ""
 }
 
 // Stores lists the lanes Stores the agent keeps current, in
@@ -312,6 +314,13 @@ func (a *Agent) apply(cfg, old *Config) error {
 			delete(a.steers, ino)
 		}
 	}
+	if err := a.applyIsolation(cfg, old); err != nil {
+		a.isoErr = err.Error()
+		errs = append(errs, err)
+		a.log.Error("isolation", "error", err.Error())
+	} else {
+		a.isoErr = ""
+	}
 	for _, l := range cfg.Lanes {
 		lr := a.lanes[l.NS.Ino]
 		switch {
@@ -359,10 +368,71 @@ func (a *Agent) apply(cfg, old *Config) error {
 		a.steers[s.NS.Ino] = sr
 		a.startSteer(sr)
 	}
-	if cfg.Isolation != nil && (old == nil || old.Isolation == nil) {
-		a.log.Warn("isolation plan validated but not applied by the agent yet: apply it with `rxlane isolate apply`")
-	}
 	return errors.Join(errs...)
+}
+
+// isolationSystem is the machine the isolation plan is applied to, its
+// journal in STATE_DIR/isolate (where `rxlane isolate` keeps it by
+// default), leaving steering's rps_cpus to steering.
+func isolationSystem(cfg *Config) *isolate.System {
+	s := isolate.Real()
+	s.StateDir = filepath.Join(cfg.StateDir, "isolate")
+	s.SteerStateDir = cfg.SteerDir()
+	return s
+}
+
+// applyIsolation applies the config's isolation plan when it is new or
+// changed (a changed one: the old reverted first, then the new applied,
+// each all or nothing). At start, a plan already applied (by an earlier
+// agent) is adopted as it is. Called with a.mu held, before steering.
+func (a *Agent) applyIsolation(cfg, old *Config) error {
+	if old != nil && sameIsolation(old.Isolation, cfg.Isolation) {
+		return nil
+	}
+	s := isolationSystem(cfg)
+	st, err := s.Status()
+	if err != nil {
+		return fmt.Errorf("isolation status: %w", err)
+	}
+	if old == nil && st.Applied && st.Committed && cfg.Isolation != nil {
+		a.log.Info("isolation adopted from its journal", "values", len(st.Entries), "drift", st.Drift)
+		return nil
+	}
+	if st.Applied {
+		n, err := s.Revert()
+		if err != nil {
+			return fmt.Errorf("isolation revert: %w", err)
+		}
+		a.log.Info("isolation reverted", "values", n)
+	}
+	if cfg.Isolation == nil {
+		return nil
+	}
+	p, err := s.Plan(cfg.Isolation.Spec)
+	if err != nil {
+		return fmt.Errorf("isolation plan: %w", err)
+	}
+	n, err := s.Apply(p)
+	if err != nil {
+		return fmt.Errorf("isolation apply: %w", err)
+	}
+	a.log.Info("isolation applied", "values", n, "stack_cpus", fmt.Sprint(p.StackCPUs), "app_cpus", fmt.Sprint(p.AppCPUs))
+	return nil
+}
+
+func sameIsolation(a, b *IsolationPlan) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, _ := json.Marshal(a.Spec)
+	y, _ := json.Marshal(b.Spec)
+	return string(x) == string(y)
+}
+
+// IsolationStatus compares every value the isolation plan set with what
+// is there now (Drift: changed behind the agent's back).
+func (a *Agent) IsolationStatus() (*isolate.State, error) {
+	return isolationSystem(a.Config()).Status()
 }
 
 // sameSteer reports whether two steering entries ask for the same
@@ -692,6 +762,17 @@ func cleanup(cfg *Config, log *slog.Logger) error {
 		// The rules the agent stored go with its state.
 		if err := os.Remove(st.RulesFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
+		}
+	}
+	// Isolation last: steering's rps_cpus were journaled on top of it.
+	if cfg.Isolation != nil {
+		n, err := isolationSystem(cfg).Revert()
+		switch {
+		case errors.Is(err, isolate.ErrNotApplied):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("isolation revert: %w", err))
+		default:
+			log.Info("isolation reverted", "values", n)
 		}
 	}
 	if len(errs) == 0 {

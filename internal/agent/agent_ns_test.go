@@ -290,6 +290,22 @@ func TestAgentReconcilesAndReloadsWithoutReattach(t *testing.T) {
 	if n, _ := rulePackets(t, st, 7001); n != 40 {
 		t.Fatalf("rule for 7001 counted %d with the agent stopped, want 40", n)
 	}
+
+	// A new agent adopts the lane: same program, counters continue.
+	a, stop = startAgent(t, Options{ConfigFile: file})
+	if !a.Ready() {
+		t.Fatalf("second agent not ready: %+v", a.Status())
+	}
+	if got := laneProgIDs(t, st); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("programs reattached by an agent restart: %v before, %v after", ids, got)
+	}
+	send(t, tb, 7001, 5)
+	if n, _ := rulePackets(t, st, 7001); n != 45 {
+		t.Fatalf("rule for 7001 counted %d after an agent restart, want 45 (counters continue)", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 	if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}

@@ -720,6 +720,11 @@ func (d *decoder) isolation(n *yaml.Node, path string) *IsolationPlan {
 				d.fail(v.Content[i], fmt.Sprintf("%s.devices[%d]", path, i), "%v", err)
 				continue
 			}
+			if ref.Netns != "" {
+				if _, ok := d.resolve(v.Content[i], fmt.Sprintf("%s.devices[%d]", path, i), ref.Netns); !ok {
+					continue
+				}
+			}
 			p.Spec.Devices = append(p.Spec.Devices, ref)
 		}
 	}

@@ -1,16 +1,19 @@
 package agent
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
 
 // self is this process's namespace, spelled as a path (every test
-// machine has it, root or not); thread is the same namespace spelled
-// another way.
-const (
-	self   = "/proc/self/ns/net"
-	thread = "/proc/thread-self/ns/net"
+// machine has it, root or not); byPID is the same namespace spelled
+// another way (both name the main thread's: a thread of a namespace test
+// may be elsewhere).
+var (
+	self  = "/proc/self/ns/net"
+	byPID = fmt.Sprintf("/proc/%d/ns/net", os.Getpid())
 )
 
 // TestConfigErrorsNameFieldAndLine feeds malformed configurations and
@@ -121,9 +124,9 @@ lanes:
 lanes:
   - netns: /proc/self/ns/net
     mode: queue
-  - netns: /proc/thread-self/ns/net
+  - netns: `+byPID+`
     mode: sync
-`, `agent.yaml:5: lanes[1]: namespace ` + thread + ` is already listed at lanes[0] (line 3) with mode queue there and sync here: a namespace has one lane`},
+`, `agent.yaml:5: lanes[1]: namespace ` + byPID + ` is already listed at lanes[0] (line 3) with mode queue there and sync here: a namespace has one lane`},
 		{"bad steering mode", `
 steering:
   - netns: /proc/self/ns/net
@@ -192,6 +195,11 @@ isolation:
   stack_cpus: 0
   devices: [eth0, "a/b:eth1"]
 `, `agent.yaml:4: isolation.devices[1]: device "a/b:eth1": want DEV or NETNS:DEV`},
+		{"isolation device in an unknown namespace", `
+isolation:
+  stack_cpus: 0
+  devices: ["rxl-agent-no-such-ns:eth0"]
+`, `agent.yaml:4: isolation.devices[0]: "rxl-agent-no-such-ns": no such network namespace (a name in /run/netns or a path)`},
 		{"field given twice", `
 lanes:
   - netns: /proc/self/ns/net
@@ -259,7 +267,7 @@ steering:
       no_park: true
 isolation:
   stack_cpus: "0"
-  devices: [eth0, "ns1:veth1"]
+  devices: [eth0]
   ban_irqs: true
   backlog: 5000
 `))
@@ -284,7 +292,7 @@ isolation:
 		s.Loop.Window.String() != "1s" || s.Loop.BusyTask != 0.7 || s.Loop.Confirm != 3 || !s.Loop.NoPark || strings.Join(s.Options.Stages, ",") != "vxlan" {
 		t.Errorf("steering: %+v", s)
 	}
-	if iso := cfg.Isolation.Spec; len(iso.Devices) != 2 || iso.Devices[1].Netns != "ns1" || !iso.BanIRQs || iso.Backlog != 5000 {
+	if iso := cfg.Isolation.Spec; len(iso.Devices) != 1 || iso.Devices[0].Name != "eth0" || !iso.BanIRQs || iso.Backlog != 5000 {
 		t.Errorf("isolation: %+v", iso)
 	}
 	// Defaults.
