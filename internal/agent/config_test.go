@@ -124,7 +124,7 @@ lanes:
 lanes:
   - netns: /proc/self/ns/net
     mode: queue
-  - netns: `+byPID+`
+  - netns: ` + byPID + `
     mode: sync
 `, `agent.yaml:5: lanes[1]: namespace ` + byPID + ` is already listed at lanes[0] (line 3) with mode queue there and sync here: a namespace has one lane`},
 		{"bad steering mode", `
