@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -42,6 +44,7 @@ Examples:
   rxlane agent --config /etc/rxlane/agent.yaml
   rxlane agent --config /etc/rxlane/agent.yaml --log-format json
   rxlane agent --cleanup --config /etc/rxlane/agent.yaml
+  rxlane agent status
 
 See docs/agent.md for the config reference.`,
 		Args: noArgs,
@@ -119,6 +122,7 @@ See docs/agent.md for the config reference.`,
 			return err
 		},
 	}
+	cmd.AddCommand(newAgentStatusCmd())
 	cmd.Flags().StringVar(&config, "config", "", "the agent's YAML config")
 	cmd.Flags().StringVar(&checkConfig, "check-config", "", "validate this config (fields, rules, namespaces) and exit: prints OK or every problem with its line")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -196,4 +200,58 @@ func (f *lanesFlags) viaAgent(req agent.Request, result any) (handled bool, err 
 		return true, fmt.Errorf("the agent (%s): %w", f.agentSocket, err)
 	}
 	return true, err
+}
+
+func newAgentStatusCmd() *cobra.Command {
+	var socket string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Ask the running agent for its entries, their rules (config or runtime) and errors",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := agent.Dial(socket)
+			if errors.Is(err, agent.ErrNoAgent) {
+				return fmt.Errorf("no rxlane agent answers on %s", socket)
+			}
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var st agent.Status
+			if err := c.Call(agent.Request{Op: agent.OpStatus}, &st); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), st)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "config %s, ready: %v\n", st.Config, st.Ready)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "\nLANE\tMODE\tRULE\tSOURCE\tERROR")
+			for _, l := range st.Lanes {
+				ns := cmp.Or(l.Netns, "(own)")
+				if len(l.Rules) == 0 {
+					fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\n", ns, l.Mode, l.Error)
+				}
+				for _, r := range l.Rules {
+					src := r.Source
+					if r.Line > 0 {
+						src = fmt.Sprintf("config line %d", r.Line)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d %s\t%s\t%s\n", ns, l.Mode, r.ID, r.Rule.String(), src, l.Error)
+				}
+			}
+			if len(st.Steering) > 0 {
+				fmt.Fprintln(tw, "\nSTEERING\tMODE\tERROR")
+				for _, s := range st.Steering {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", cmp.Or(s.Netns, "(own)"), s.Mode, s.Error)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", agentSocket(), "the agent's socket ($RXLANE_AGENT_SOCKET)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

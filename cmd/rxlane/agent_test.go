@@ -231,6 +231,10 @@ lanes:
 		t.Fatalf("agent status: %+v", as)
 	}
 
+	out, err = run("agent", "status")
+	if err != nil || !strings.Contains(out, "ready: true") || !strings.Contains(out, "config line 8") || !strings.Contains(out, "1 dst "+testbed.OverlayB.String()+"/32 proto udp port 7002") || !strings.Contains(out, "runtime") {
+		t.Fatalf("agent status: %v\n%s", err, out)
+	}
 	_, err = run("lanes", "del", "--netns", hostB, "0")
 	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "is in the agent's config (agent.yaml line 8)") {
 		t.Fatalf("deleting the config's rule: %v", err)
