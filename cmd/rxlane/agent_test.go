@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/rxlane/rxlane/internal/agent"
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/lanes"
@@ -419,5 +421,105 @@ func TestAgentProcess(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state", "agent", "runtime-rules.json")); !os.IsNotExist(err) {
 		t.Errorf("agent state left after cleanup: %v", err)
+	}
+}
+
+// TestAgentKill9: an agent killed with SIGKILL leaves the lane serving
+// and its socket file behind; the CLI then works directly, and a new
+// agent starts over the stale socket and adopts the lane: the same tc
+// program, the rule's counter continuing.
+func TestAgentKill9(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	before := testbedtest.Snapshot(t, tb)
+	hostB := tb.NS(testbed.HostB)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	sock := filepath.Join(dir, "agent.sock")
+	lanesDir := filepath.Join(dir, "state", "lanes")
+	os.WriteFile(file, []byte(fmt.Sprintf("state_dir: %s/state\nsocket: %s\nlanes:\n  - netns: %s\n    skip_netfilter: true\n    trust_outer_csum: true\n    rules:\n      - dst: %s\n        proto: udp\n        port: 7000\n",
+		dir, sock, hostB, testbed.OverlayB)), 0o644)
+	t.Setenv("RXLANE_AGENT_SOCKET", sock)
+	t.Cleanup(func() { run("agent", "--cleanup", "--config", file) })
+	notify := filepath.Join(dir, "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	self, _ := os.Executable()
+	cmd := exec.Command(self, "-test.run=^$", "--", "agent", "--config", file)
+	cmd.Env = append(os.Environ(), "RXLANE_RUN_CLI=1", "NOTIFY_SOCKET="+notify)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	ln.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := ln.Read(buf); err != nil || string(buf[:n]) != "READY=1" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no READY=1 (%v)\n%s", err, stderr.String())
+	}
+	progs := func() string {
+		t.Helper()
+		out, err := run("lanes", "stats", "--netns", hostB, "--state-dir", lanesDir, "--json")
+		var st lanes.Stats
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("stats: %v\n%s", err, out)
+		}
+		var ids []string
+		netns.Do(testbed.NetnsPath(tb, testbed.HostB), false, func() error {
+			for _, d := range st.Devices {
+				l, err := netlink.LinkByName(d)
+				if err != nil {
+					return err
+				}
+				fs, _ := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+				for _, f := range fs {
+					if bf, ok := f.(*netlink.BpfFilter); ok {
+						ids = append(ids, fmt.Sprintf("%s:%d", d, bf.Id))
+					}
+				}
+			}
+			return nil
+		})
+		if len(ids) == 0 {
+			t.Fatalf("no lane program attached: %s", out)
+		}
+		return strings.Join(ids, " ")
+	}
+	attached := progs()
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("a killed agent's socket file: %v (want it left behind)", err)
+	}
+	sendUDP(t, tb, 7000, 10)
+	if got := progs(); got != attached {
+		t.Fatalf("programs changed by the kill: %s, then %s", attached, got)
+	}
+	// No agent answers: the CLI works directly.
+	if out, err := run("lanes", "add", "--netns", hostB, "--state-dir", lanesDir, "--dst", testbed.OverlayB.String(), "--proto", "udp", "--port", "7001"); err != nil || strings.Contains(out, "agent") {
+		t.Fatalf("lanes add after the kill: %v\n%s", err, out)
+	}
+	// A new agent over the stale socket adopts the lane.
+	stop := startTestAgent(t, file)
+	if got := progs(); got != attached {
+		t.Fatalf("programs changed by the new agent: %s, then %s", attached, got)
+	}
+	sendUDP(t, tb, 7000, 5)
+	out, err := run("lanes", "stats", "--netns", hostB, "--state-dir", lanesDir, "--json")
+	var st lanes.Stats
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st.Rules) != 1 || st.Rules[0].Packets != 15 {
+		t.Fatalf("want the config's one rule, its counter at 15 (continuing across the kill and the new agent): %v\n%s", err, out)
+	}
+	stop()
+	if out, err := run("agent", "--cleanup", "--config", file); err != nil {
+		t.Fatalf("cleanup: %v\n%s", err, out)
+	}
+	if after := testbedtest.Snapshot(t, tb); after != before {
+		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
