@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/rxlane
 OUT     ?= out
 
-.PHONY: all setup build generate check-generate vet test demo demo-nodes bench clean kernel-test
+.PHONY: all setup build generate check-generate vet test demo demo-nodes bench clean kernel-test install
 
 all: build
 
@@ -63,6 +63,18 @@ bench: build
 # internal/kernel when the toolchain is installed).
 kernel-test: build
 	$(BIN) kernel test --variant off,on
+
+# The node agent as a systemd service (docs/agent.md): the binary, the
+# unit, and an example config unless one is there. DESTDIR stages it.
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/rxlane
+	sed 's|/usr/local/bin/rxlane|$(PREFIX)/bin/rxlane|g' dist/rxlane-agent.service > rxlane-agent.service.tmp
+	install -D -m 0644 rxlane-agent.service.tmp $(DESTDIR)/etc/systemd/system/rxlane-agent.service
+	rm -f rxlane-agent.service.tmp
+	test -e $(DESTDIR)/etc/rxlane/agent.yaml || install -D -m 0600 dist/agent.yaml $(DESTDIR)/etc/rxlane/agent.yaml
+	if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "edit /etc/rxlane/agent.yaml, check it with 'rxlane agent --check-config /etc/rxlane/agent.yaml', then: systemctl enable --now rxlane-agent"
 
 clean:
 	rm -rf bin $(OUT)

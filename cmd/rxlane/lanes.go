@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rxlane/rxlane/internal/agent"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
@@ -20,9 +21,10 @@ import (
 
 // lanesFlags are shared by every lanes verb.
 type lanesFlags struct {
-	netns    string
-	stateDir string
-	json     bool
+	netns       string
+	stateDir    string
+	json        bool
+	agentSocket string
 }
 
 // store opens the namespace's lanes store: its rules, its lane record
@@ -83,11 +85,14 @@ every running dockerd (its --exec-root, or "exec-root" in its
 
 Endpoints are read when the lane is enabled; keep 'rxlane lanes watch'
 running to follow pods that start or stop later. Rules can change while
-the lane is enabled. See docs/lanes.md.`,
+the lane is enabled. While 'rxlane agent' runs and manages the namespace,
+add, del and sync go through the agent (its socket) instead, so that it
+stays the lane's only writer (docs/agent.md). See docs/lanes.md.`,
 	}
 	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "network namespace of the receiving host (name in /run/netns or a path; default: this one)")
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", lanesStateDir(), "where rules and datapath state are kept ($RXLANE_STATE_DIR/lanes when that is set)")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.PersistentFlags().StringVar(&f.agentSocket, "agent-socket", agentSocket(), "a running agent's socket: add, del and sync go through the agent while it runs and manages the namespace ($RXLANE_AGENT_SOCKET)")
 	cmd.AddCommand(newLanesAddCmd(f), newLanesDelCmd(f), newLanesListCmd(f), newLanesEnableCmd(f),
 		newLanesDisableCmd(f), newLanesStatsCmd(f), newLanesSyncCmd(f), newLanesWatchCmd(f))
 	return cmd
@@ -108,12 +113,20 @@ func newLanesAddCmd(f *lanesFlags) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			r, err = st.AddRule(r)
-			if errors.Is(err, policy.ErrInvalid) {
-				return usageError{err}
-			}
-			if err != nil {
-				return err
+			rs := &agent.RuleSpec{Dst: s.Dst, Src: s.Src, Proto: s.Proto, Port: s.Port, VNI: s.VNI}
+			if ok, err := f.viaAgent(agent.Request{Op: agent.OpLanesAdd, Rule: rs}, &r); ok {
+				if err != nil {
+					return err
+				}
+				f.agentNote(cmd, "added as a runtime rule")
+			} else {
+				r, err = st.AddRule(r)
+				if errors.Is(err, policy.ErrInvalid) {
+					return usageError{err}
+				}
+				if err != nil {
+					return err
+				}
 			}
 			warning := ruleWarning(st.NS.Path, f.netns, r)
 			if f.json {
@@ -135,6 +148,13 @@ func newLanesAddCmd(f *lanesFlags) *cobra.Command {
 	cmd.Flags().StringVar(&s.Port, "port", "", "destination port N or range N-M (udp/tcp)")
 	cmd.Flags().StringVar(&s.VNI, "vni", "", "only on this VNI")
 	return cmd
+}
+
+// agentNote tells a person that the change went through the agent.
+func (f *lanesFlags) agentNote(cmd *cobra.Command, what string) {
+	if !f.json {
+		fmt.Fprintf(cmd.ErrOrStderr(), "(%s by the rxlane agent at %s: see docs/agent.md)\n", what, f.agentSocket)
+	}
 }
 
 // ruleWarning says what a user who just added r must know about the
@@ -177,12 +197,20 @@ func newLanesDelCmd(f *lanesFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := st.DelRule(id)
-			if errors.Is(err, policy.ErrNoRule) {
-				return usageError{err}
-			}
-			if err != nil {
-				return err
+			var r policy.Rule
+			if ok, err := f.viaAgent(agent.Request{Op: agent.OpLanesDel, ID: id}, &r); ok {
+				if err != nil {
+					return err
+				}
+				f.agentNote(cmd, "deleted")
+			} else {
+				r, err = st.DelRule(id)
+				if errors.Is(err, policy.ErrNoRule) {
+					return usageError{err}
+				}
+				if err != nil {
+					return err
+				}
 			}
 			if !f.json {
 				fmt.Fprintf(cmd.OutOrStdout(), "deleted rule %d: %s\n", r.ID, r)
@@ -378,8 +406,13 @@ func newLanesSyncCmd(f *lanesFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			topo, err := st.Sync()
-			if err != nil {
+			var topo lanes.Topology
+			if ok, err := f.viaAgent(agent.Request{Op: agent.OpSync}, &topo); ok {
+				if err != nil {
+					return err
+				}
+				f.agentNote(cmd, "synced")
+			} else if topo, err = st.Sync(); err != nil {
 				return err
 			}
 			if f.json {

@@ -42,6 +42,7 @@ Verb groups:
   lanes     priority lanes for high-priority flows (PRISM-sync with eBPF)
   steer     pipeline a flow's stages across CPUs (FALCON with RPS and eBPF)
   isolate   reserve CPUs for the receive stack (ANP): plan, apply, revert
+  agent     the node agent: lanes and steering from one YAML config, kept current
 
 Most verbs need root (network namespaces, BPF).`,
 		SilenceUsage:  true,
@@ -58,6 +59,7 @@ Most verbs need root (network namespaces, BPF).`,
 		newLanesCmd(),
 		newSimCmd(),
 		newSteerCmd(),
+		newAgentCmd(),
 	)
 	return root
 }

@@ -1,0 +1,428 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+)
+
+// laneConfig is a config with one lane on the testbed's hostB and a rule
+// for ctrB's UDP port on each of ports.
+func laneConfig(dir string, tb testbed.Config, ports ...int) string {
+	s := fmt.Sprintf(`state_dir: %s/state
+socket: %s/sock/agent.sock
+lanes:
+  - netns: %s
+    skip_netfilter: true
+    trust_outer_csum: true
+    rules:
+`, dir, dir, tb.NS(testbed.HostB))
+	for _, p := range ports {
+		s += fmt.Sprintf("      - dst: %s\n        proto: udp\n        port: %d\n", testbed.OverlayB, p)
+	}
+	return s
+}
+
+// writeConfig writes the config file (atomically, as an editor that
+// renames does).
+func writeConfig(t *testing.T, file, text string) {
+	t.Helper()
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAgent runs an agent on file until the test ends; it returns once
+// the agent is ready, and a function that stops it and returns Run's
+// error.
+func startAgent(t *testing.T, o Options) (*Agent, func() error) {
+	t.Helper()
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	a, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("agent ended before ready: %v", err)
+	case <-time.After(15 * time.Second):
+		cancel()
+		t.Fatal("agent not ready within 15 s")
+	}
+	var stopped bool
+	var runErr error
+	stop := func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("agent did not stop within 15 s")
+			}
+		}
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return a, stop
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(string(b[:len(b)-1]))
+	return len(b), nil
+}
+
+// laneProgIDs are the IDs of the tc programs attached to the devices of
+// the lane's record (by Stats), by device.
+func laneProgIDs(t *testing.T, st *lanes.Store) map[string]uint32 {
+	t.Helper()
+	s, err := st.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]uint32{}
+	err = netns.Do(st.NS.Path, false, func() error {
+		for _, d := range s.Devices {
+			l, err := netlink.LinkByName(d)
+			if err != nil {
+				return err
+			}
+			fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+			if err != nil {
+				return err
+			}
+			for _, f := range fs {
+				if bf, ok := f.(*netlink.BpfFilter); ok {
+					ids[d] = uint32(bf.Id)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) == 0 {
+		t.Fatalf("no lane program attached on %v", s.Devices)
+	}
+	return ids
+}
+
+// send sends n datagrams from ctrA to ctrB's port and requires each
+// received.
+func send(t *testing.T, tb testbed.Config, port, n int) {
+	t.Helper()
+	var rx *net.UDPConn
+	err := netns.Do(testbed.NetnsPath(tb, testbed.CtrB), false, func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: testbed.OverlayB, Port: port})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	var tx *net.UDPConn
+	err = netns.Do(testbed.NetnsPath(tb, testbed.CtrA), false, func() (err error) {
+		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: testbed.OverlayB, Port: port})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	buf := make([]byte, 64)
+	for i := range n {
+		fmt.Fprintf(tx, "%d", i)
+		rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := rx.ReadFromUDP(buf); err != nil {
+			t.Fatalf("port %d: datagram %d not received: %v", port, i, err)
+		}
+	}
+}
+
+// rulePackets is the packet count of the stored rule for port.
+func rulePackets(t *testing.T, st *lanes.Store, port int) (uint64, bool) {
+	t.Helper()
+	s, err := st.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.Rules {
+		if strings.HasSuffix(r.Rule, fmt.Sprintf(" port %d", port)) {
+			return r.Packets, true
+		}
+	}
+	return 0, false
+}
+
+// waitFor polls cond every 20 ms for at most 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAgentReconcilesAndReloadsWithoutReattach runs the agent on the
+// testbed: it enables hostB's lane with the config's rule (which serves
+// ctrB's port 7000); a config that adds a rule for port 7001, written to
+// the file, is applied by the agent through the store: the tc program's
+// ID is unchanged and the new rule counts the packets to 7001; a config
+// that does not validate changes nothing; a stop leaves the lane serving
+// (fail open) and Cleanup restores the testbed exactly.
+func TestAgentReconcilesAndReloadsWithoutReattach(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	before := testbedtest.Snapshot(t, tb)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, laneConfig(dir, tb, 7000))
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	var reconciles atomic.Int32
+	a, stop := startAgent(t, Options{ConfigFile: file, ConfigPoll: 50 * time.Millisecond,
+		OnReconcile: func(string, time.Duration, error) { reconciles.Add(1) }})
+	if !a.Ready() {
+		t.Fatalf("agent not ready: %+v", a.Status())
+	}
+	stores := a.Stores()
+	if len(stores) != 1 {
+		t.Fatalf("%d stores", len(stores))
+	}
+	st := stores[0]
+	ids := laneProgIDs(t, st)
+	send(t, tb, 7000, 20)
+	if n, _ := rulePackets(t, st, 7000); n != 20 {
+		t.Fatalf("rule for 7000 counted %d, want 20", n)
+	}
+
+	// A rule added in the file: applied without reattaching.
+	n0 := reconciles.Load()
+	writeConfig(t, file, laneConfig(dir, tb, 7000, 7001))
+	// The reload is done when its reconcile reported.
+	waitFor(t, "the reload's reconcile", func() bool { return reconciles.Load() > n0 })
+	if _, ok := rulePackets(t, st, 7001); !ok {
+		t.Fatal("the reload did not store the rule for 7001")
+	}
+	if got := laneProgIDs(t, st); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("programs reattached by a reload: %v before, %v after", ids, got)
+	}
+	send(t, tb, 7001, 30)
+	if n, _ := rulePackets(t, st, 7001); n != 30 {
+		t.Fatalf("new rule for 7001 counted %d, want 30", n)
+	}
+	if n, _ := rulePackets(t, st, 7000); n != 20 {
+		t.Fatalf("rule for 7000 counted %d after the reload, want 20 (counters continue)", n)
+	}
+
+	// A bad config: refused, the running one stays.
+	writeConfig(t, file, laneConfig(dir, tb, 7000, 7001)+"      - dst: 10.0.0.300/32\n")
+	if err := a.Reload(); err == nil {
+		t.Fatal("reload of a bad config succeeded")
+	}
+	if s := a.Status(); len(s.Lanes) != 1 || len(s.Lanes[0].Rules) != 2 {
+		t.Fatalf("after a bad config: %+v", s)
+	}
+
+	// A removed rule: deleted from the maps.
+	writeConfig(t, file, laneConfig(dir, tb, 7001))
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rulePackets(t, st, 7000); ok {
+		t.Fatal("rule for 7000 still stored after it left the config")
+	}
+	if got := laneProgIDs(t, st); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("programs reattached by a reload: %v before, %v after", ids, got)
+	}
+	if reconciles.Load() == 0 {
+		t.Error("OnReconcile never called")
+	}
+
+	// Stop: the lane stays (fail open), serving.
+	if err := stop(); err != nil {
+		t.Fatalf("agent run: %v", err)
+	}
+	if got := laneProgIDs(t, st); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("after the agent stopped: programs %v, want %v", got, ids)
+	}
+	send(t, tb, 7001, 10)
+	if n, _ := rulePackets(t, st, 7001); n != 40 {
+		t.Fatalf("rule for 7001 counted %d with the agent stopped, want 40", n)
+	}
+
+	// A new agent adopts the lane: same program, counters continue.
+	a, stop = startAgent(t, Options{ConfigFile: file})
+	if !a.Ready() {
+		t.Fatalf("second agent not ready: %+v", a.Status())
+	}
+	if got := laneProgIDs(t, st); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("programs reattached by an agent restart: %v before, %v after", ids, got)
+	}
+	send(t, tb, 7001, 5)
+	if n, _ := rulePackets(t, st, 7001); n != 45 {
+		t.Fatalf("rule for 7001 counted %d after an agent restart, want 45 (counters continue)", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if after := testbedtest.Snapshot(t, tb); after != before {
+		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// TestAgentRestartUnderTraffic restarts the agent (stop, start) while
+// ctrA sends a sequenced UDP flow to ctrB's port 7000, the config's
+// rule: every datagram must arrive, in order, and every one through the
+// lane (the rule's counter equals the number sent): the restart does not
+// touch the datapath.
+func TestAgentRestartUnderTraffic(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, laneConfig(dir, tb, 7000))
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	_, stop := startAgent(t, Options{ConfigFile: file})
+	st, err := lanes.OpenStore(cfg.LanesDir(), tb.NS(testbed.HostB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, tb, 7000, 1) // ARP resolved before the flow
+	base, _ := rulePackets(t, st, 7000)
+
+	var rx *net.UDPConn
+	if err := netns.Do(testbed.NetnsPath(tb, testbed.CtrB), false, func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: testbed.OverlayB, Port: 7000})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	rx.SetReadBuffer(4 << 20)
+	var tx *net.UDPConn
+	if err := netns.Do(testbed.NetnsPath(tb, testbed.CtrA), false, func() (err error) {
+		tx, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: testbed.OverlayB, Port: 7000})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+
+	// The receiver checks the sequence as it goes.
+	type result struct {
+		got       int
+		reordered int
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		buf := make([]byte, 64)
+		next := 0
+		for {
+			rx.SetReadDeadline(time.Now().Add(3 * time.Second))
+			n, _, err := rx.ReadFromUDP(buf)
+			if err != nil {
+				done <- r
+				return
+			}
+			var seq int
+			fmt.Sscanf(string(buf[:n]), "%d", &seq)
+			if seq != next {
+				r.reordered++
+			}
+			next = seq + 1
+			r.got++
+		}
+	}()
+	// The sender: one datagram every 500 µs while the agent stops and
+	// starts again, and 200 more after it is back.
+	stopSend := make(chan struct{})
+	sent := make(chan int, 1)
+	go func() {
+		tick := time.NewTicker(500 * time.Microsecond)
+		defer tick.Stop()
+		i := 0
+		for extra := -1; extra != 0; i++ {
+			select {
+			case <-stopSend:
+				if extra < 0 {
+					extra = 200
+				}
+			default:
+			}
+			if extra > 0 {
+				extra--
+			}
+			<-tick.C
+			fmt.Fprintf(tx, "%d", i)
+		}
+		sent <- i
+	}()
+	time.Sleep(100 * time.Millisecond) // traffic before the stop (not a synchronisation)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, Options{ConfigFile: file})
+	close(stopSend)
+	n := <-sent
+	r := <-done
+	if r.got != n || r.reordered != 0 {
+		t.Fatalf("sent %d across an agent restart: received %d, %d out of order", n, r.got, r.reordered)
+	}
+	if c, _ := rulePackets(t, st, 7000); c-base != uint64(n) {
+		t.Fatalf("the lane's rule counted %d of the %d datagrams sent across the restart", c-base, n)
+	}
+	t.Logf("%d datagrams across an agent restart: all received in order, all through the lane", n)
+}
