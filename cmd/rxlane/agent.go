@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,13 +15,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rxlane/rxlane/internal/agent"
+	"github.com/rxlane/rxlane/internal/isolate"
+	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/metrics"
 	"github.com/rxlane/rxlane/internal/netns"
 )
 
 func newAgentCmd() *cobra.Command {
 	var (
-		config, checkConfig, logFormat, logLevel string
-		cleanup, cleanupOnExit                   bool
+		config, checkConfig, logFormat, logLevel, metricsAddr string
+		cleanup, cleanupOnExit                                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -81,7 +85,21 @@ See docs/agent.md for the config reference.`,
 				fmt.Fprintln(cmd.OutOrStdout(), "removed every lane and steering entry of the config and the agent's state")
 				return nil
 			}
-			a, err := agent.New(agent.Options{ConfigFile: config, Log: log, CleanupOnExit: cleanupOnExit})
+			// The exporter reads the agent's entries at scrape time; the
+			// agent reports every reconcile to it.
+			var a *agent.Agent
+			exp := metrics.New(metrics.Sources{
+				Lanes: func() []*lanes.Store { return a.Stores() },
+				Steer: func() []metrics.SteerSource {
+					var out []metrics.SteerSource
+					for _, s := range a.SteerStates() {
+						out = append(out, metrics.SteerSource{Netns: metrics.NetnsLabel(s.NS), StateFile: s.StateFile})
+					}
+					return out
+				},
+				Isolate: func() *isolate.System { return a.IsolationSystem() },
+			})
+			a, err = agent.New(agent.Options{ConfigFile: config, Log: log, CleanupOnExit: cleanupOnExit, OnReconcile: exp.ObserveReconcile})
 			var ce *agent.ConfigError
 			if errors.As(err, &ce) {
 				return fmt.Errorf("config %s is not valid:\n%w", config, err)
@@ -91,6 +109,30 @@ See docs/agent.md for the config reference.`,
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
+			addr := a.Config().MetricsAddress
+			if cmd.Flags().Changed("metrics-address") {
+				addr = metricsAddr
+			}
+			served := make(chan error, 1)
+			if addr != "off" {
+				// Listening before anything else: a busy port fails the
+				// start, not a scrape later.
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return fmt.Errorf("metrics address %s: %w (metrics_address in the config, --metrics-address, or off)", addr, err)
+				}
+				log.Info("metrics", "address", ln.Addr().String())
+				go func() {
+					served <- metrics.ServeListener(ctx, ln, exp, func() error {
+						if !a.Ready() {
+							return errors.New("not every entry of the config is reconciled (see the agent's log)")
+						}
+						return nil
+					})
+				}()
+			} else {
+				close(served)
+			}
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
@@ -119,7 +161,7 @@ See docs/agent.md for the config reference.`,
 			})
 			cancel()
 			<-signals
-			return err
+			return errors.Join(err, <-served)
 		},
 	}
 	cmd.AddCommand(newAgentStatusCmd())
@@ -128,6 +170,7 @@ See docs/agent.md for the config reference.`,
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "disable every lane and steering entry the config names (and a lane attached there without a record), remove the agent's state, and exit")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-address", agent.DefaultMetricsAddress, "where /metrics, /healthz and /readyz listen (overrides metrics_address in the config; loopback by default; off: no HTTP)")
 	cmd.Flags().BoolVar(&cleanupOnExit, "cleanup-on-exit", false, "on SIGTERM or Ctrl-C disable everything instead of leaving it serving")
 	return cmd
 }

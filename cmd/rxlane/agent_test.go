@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -288,8 +289,15 @@ func TestAgentProcess(t *testing.T) {
 	hostB := tb.NS(testbed.HostB)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agent.yaml")
+	// A free loopback port for the metrics exporter.
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := pl.Addr().String()
+	pl.Close()
 	config := func(ports ...int) {
-		s := fmt.Sprintf("state_dir: %s/state\nsocket: %s/agent.sock\nlanes:\n  - netns: %s\n    skip_netfilter: true\n    trust_outer_csum: true\n    rules:\n", dir, dir, hostB)
+		s := fmt.Sprintf("state_dir: %s/state\nsocket: %s/agent.sock\nmetrics_address: %s\nlanes:\n  - netns: %s\n    skip_netfilter: true\n    trust_outer_csum: true\n    rules:\n", dir, dir, metricsAddr, hostB)
 		for _, p := range ports {
 			s += fmt.Sprintf("      - dst: %s\n        proto: udp\n        port: %d\n", testbed.OverlayB, p)
 		}
@@ -344,6 +352,37 @@ func TestAgentProcess(t *testing.T) {
 	out, err = run("steer", "status", "--netns", hostB, "--state-dir", filepath.Join(dir, "state", "steer"))
 	if err != nil || !strings.Contains(out, "static (hash only)") {
 		t.Fatalf("steering after READY=1: %v\n%s", err, out)
+	}
+
+	// The agent serves its metrics: ready, and the rule's counter is the
+	// datapath's after a known number of packets.
+	get := func(path string) (int, string) {
+		t.Helper()
+		c := http.Client{Timeout: 5 * time.Second}
+		resp, err := c.Get("http://" + metricsAddr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v\n%s", path, err, stderr.String())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after READY=1: %d %s", code, body)
+	}
+	sendUDP(t, tb, 7000, 25)
+	_, scrape := get("/metrics")
+	var rule, reconciles string
+	for _, l := range strings.Split(scrape, "\n") {
+		switch {
+		case strings.HasPrefix(l, "rxlane_lane_rule_packets_total{") && strings.Contains(l, `rule="1"`):
+			rule = l
+		case strings.HasPrefix(l, "rxlane_reconcile_duration_seconds_count{"):
+			reconciles = l
+		}
+	}
+	if !strings.HasSuffix(rule, " 25") || reconciles == "" || strings.HasSuffix(reconciles, " 0") {
+		t.Fatalf("metrics: rule 1 %q (want 25 packets), reconciles %q", rule, reconciles)
 	}
 
 	config(7000, 7001)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/steer"
 )
@@ -152,6 +153,37 @@ func (a *Agent) Stores() []*lanes.Store {
 		}
 	}
 	return out
+}
+
+// SteerState is one steering entry the agent runs: its namespace and the
+// state file steer journals to (for the metrics exporter).
+type SteerState struct {
+	NS        netns.Ref
+	StateFile string
+}
+
+// SteerStates lists the steering entries the agent runs, in
+// configuration order.
+func (a *Agent) SteerStates() []SteerState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []SteerState
+	for _, sc := range a.cfg.Steering {
+		if sr := a.steers[sc.NS.Ino]; sr != nil {
+			out = append(out, SteerState{NS: sc.NS, StateFile: sr.state})
+		}
+	}
+	return out
+}
+
+// IsolationSystem is the machine the config's isolation plan is applied
+// to, nil when the config has none.
+func (a *Agent) IsolationSystem() *isolate.System {
+	cfg := a.Config()
+	if cfg.Isolation == nil {
+		return nil
+	}
+	return isolationSystem(cfg)
 }
 
 // ErrAgentRunning is returned when another agent holds the state
