@@ -234,6 +234,11 @@ func pruneProgs(dir, keep string) error {
 	return errors.Join(errs...)
 }
 
+// RemovePins removes a lane's pin directory (see removePins): for a
+// cleanup that finds, under DefaultPinRoot, directories whose namespace
+// or record is gone. Disable removes the lane's own.
+func RemovePins(dir string) error { return removePins(dir) }
+
 // removePins removes a lane's pin directory: rxlane's pins only (never a
 // recursive removal: dir is a path someone configured), then the
 // directories. A directory that is not there is not an error; one that

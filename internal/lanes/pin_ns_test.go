@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/bpffs"
+	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -443,4 +444,57 @@ func TestSwapVersionUnderTraffic(t *testing.T) {
 			t.Fatalf("old program %d still loaded: %v", f0.Id, err)
 		}
 	}
+}
+
+// TestQueueLaneAdoptAndSwap: the queue lane's XDP program is adopted (same
+// program ID) and swapped for another version in place (a new program
+// ID, the rule's counter continued), and its pins go with disable.
+func TestQueueLaneAdoptAndSwap(t *testing.T) {
+	p := newPinLane(t)
+	// The queue lane needs real inner checksums from a veth sender.
+	hostA := filepath.Join("/run/netns", p.tb.NS(testbed.HostA))
+	prev, err := ethtool.SetIn(hostA, testbed.WireA, ethtool.TxCsum, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ethtool.SetIn(hostA, testbed.WireA, ethtool.TxCsum, prev) })
+	p.opts.Mode = ModeQueue
+	xdpID := func() ebpf.ProgramID {
+		t.Helper()
+		var id ebpf.ProgramID
+		if err := inNetns(p.opts.Netns, func() error {
+			l, err := netlink.LinkByName(testbed.WireB)
+			id = ourXDP(l)
+			return err
+		}); err != nil || id == 0 {
+			t.Fatalf("XDP program on %s: %d, %v", testbed.WireB, id, err)
+		}
+		return id
+	}
+	p.child(t, "exit")
+	id0 := xdpID()
+	sendRecv(t, p.tx, p.hi, "198.19.0.2:7000", 50)
+	if _, err := Enable(p.opts, p.rules); err != nil {
+		t.Fatal(err)
+	}
+	if id := xdpID(); id != id0 {
+		t.Fatalf("adoption replaced XDP program %d by %d", id0, id)
+	}
+	versionSalt = "next"
+	defer func() { versionSalt = "" }()
+	if _, err := Enable(p.opts, p.rules); err != nil {
+		t.Fatal(err)
+	}
+	id1 := xdpID()
+	if id1 == id0 {
+		t.Fatalf("another version kept XDP program %d", id0)
+	}
+	sendRecv(t, p.tx, p.hi, "198.19.0.2:7000", 50)
+	if n := p.ruleCount(t); n != 100 {
+		t.Fatalf("rule counted %d of 100 across the swap", n)
+	}
+	if err := Disable(p.opts); err != nil {
+		t.Fatal(err)
+	}
+	p.wantNoPins(t)
 }
