@@ -430,9 +430,11 @@ func newLanesWatchCmd(f *lanesFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "Keep the enabled lane's endpoints current as containers come and go (runs until Ctrl-C)",
-		Long: `Listens to link and neighbour (bridge FDB) events of the lane's namespace
-and re-syncs the lane (as 'rxlane lanes sync' does) once they settle, with
-the rules of the state file at that moment; in queue mode it also turns on
+		Long: `Listens to link, route and neighbour (bridge FDB) events of the lane's
+namespace and re-syncs the lane (as 'rxlane lanes sync' does) at once (2 ms
+after the first event, so a container reaches the lane within a sync's
+time), at most every 10 ms while events continue, and once more when they
+settle (--settle), with the rules of the state file at that moment; in queue mode it also turns on
 the NAPI of new containers' veths. Prints one line per sync (--json: one
 JSON object per line). Stops on Ctrl-C or SIGTERM, or when the lane is
 disabled; the lane itself keeps running either way.
@@ -482,7 +484,7 @@ Examples:
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&settle, "settle", "200ms", "quiet time after events before re-syncing")
+	cmd.Flags().StringVar(&settle, "settle", "200ms", "quiet time after events before the last re-sync of a burst (the first event re-syncs at once)")
 	cmd.Flags().StringVar(&every, "every", "30s", "also re-sync this often without events (0: never)")
 	return cmd
 }

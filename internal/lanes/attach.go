@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
-
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -45,6 +45,13 @@ type Options struct {
 	StateFile string
 	// Mode is ModeSync (tc, default) or ModeQueue (XDP).
 	Mode string
+	// PinDir, if set, is a directory on the BPF filesystem where the
+	// lane's programs and maps are pinned (see pin.go): a later enable
+	// adopts them (same code) or swaps its own programs in place on the
+	// same maps (another rxlane version). The BPF filesystem is mounted
+	// at /sys/fs/bpf when absent (package bpffs). A Store sets it to
+	// DefaultPinRoot/<namespace ID>.
+	PinDir string `json:",omitempty"`
 }
 
 // Attachment is one device the lane is attached to.
@@ -138,6 +145,9 @@ func reenableDiff(prev *State, mode string, o Options) string {
 	if prev.Device != o.Device {
 		d = append(d, fmt.Sprintf("--dev %q (enabled: %q)", o.Device, prev.Device))
 	}
+	if prev.PinDir != "" && o.PinDir != "" && prev.PinDir != o.PinDir {
+		d = append(d, fmt.Sprintf("pin directory %s (enabled: %s)", o.PinDir, prev.PinDir))
+	}
 	return strings.Join(d, ", ")
 }
 
@@ -200,7 +210,10 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 }
 
 // reenable re-syncs an enabled lane's maps; a changed SkipNetfilter is
-// journaled, then written.
+// journaled, then written. A pinned lane (o.PinDir, or the recorded pin
+// directory) is adopted from its pins when they hold this rxlane's code;
+// otherwise this code is loaded on the lane's maps, pinned, its maps
+// written, and only then swapped into the attachments in place.
 func reenable(o Options, prev *State, topo Topology, tables policy.Tables, devs, tunnelDevs []string) error {
 	var have, want []string
 	for _, a := range prev.Attachments {
@@ -212,22 +225,55 @@ func reenable(o Options, prev *State, topo Topology, tables policy.Tables, devs,
 	if !slices.Equal(slices.Compact(have), want) {
 		return fmt.Errorf("lanes are enabled on %s; this enable would attach to %s (the namespace's tunnels changed?): run `rxlane lanes disable` first", strings.Join(have, ", "), strings.Join(want, ", "))
 	}
-	m, prog, err := openAttached(want, prev.Mode)
-	if err != nil {
-		return err
-	}
-	defer prog.Close()
-	defer m.Close()
-	if prev.SkipNetfilter != o.SkipNetfilter {
-		j, err := journal.Append(o.StateFile)
+	var m *lanesMaps
+	var pins *lanePins
+	if pinDir := cmp.Or(o.PinDir, prev.PinDir); pinDir != "" {
+		var record func() error
+		if prev.PinDir == "" {
+			record = func() error { return appendIntent(o.StateFile, intentPin, pinDir) }
+		}
+		p, err := adoptPins(pinDir, prev, want, record)
 		if err != nil {
 			return err
 		}
-		err = j.Intent(intentSkipNetfilter, o.SkipNetfilter)
-		if cerr := j.Close(); err == nil {
-			err = cerr
-		}
+		defer p.Close()
+		pins, m = p, p.maps
+	} else {
+		am, prog, err := openAttached(want, prev.Mode)
 		if err != nil {
+			return err
+		}
+		defer prog.Close()
+		defer am.Close()
+		m = am
+	}
+	if err := reenableWrite(o, prev, m, topo, tables, devs); err != nil {
+		return err
+	}
+	if pins != nil {
+		return attachPinned(prev, pins, tunnelDevs)
+	}
+	return nil
+}
+
+// appendIntent journals one intent in the lane's record.
+func appendIntent(stateFile, kind string, data any) error {
+	j, err := journal.Append(stateFile)
+	if err != nil {
+		return err
+	}
+	err = j.Intent(kind, data)
+	if cerr := j.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// reenableWrite writes an enabled lane's maps m: the changed
+// SkipNetfilter journaled first, topology, underlay MACs, rules.
+func reenableWrite(o Options, prev *State, m *lanesMaps, topo Topology, tables policy.Tables, devs []string) error {
+	if prev.SkipNetfilter != o.SkipNetfilter {
+		if err := appendIntent(o.StateFile, intentSkipNetfilter, o.SkipNetfilter); err != nil {
 			return err
 		}
 	}
@@ -284,6 +330,16 @@ func enableNew(o Options, ino uint64, mode string, topo Topology, tables policy.
 		}
 		err = errors.Join(err, lerr, journal.Remove(o.StateFile))
 	}()
+	if o.PinDir != "" {
+		// Pinned before any attachment: a lane that serves always has
+		// its pins (for the next process to adopt).
+		if err := j.Intent(intentPin, o.PinDir); err != nil {
+			return err
+		}
+		if err := pinNew(o.PinDir, objs, o.TrustOuterCsum); err != nil {
+			return err
+		}
+	}
 	if mode == ModeQueue {
 		var served []overlay.Endpoint
 		for _, ep := range topo.Endpoints {
@@ -382,6 +438,34 @@ type Removal struct {
 	// NetnsGone: the recorded namespace no longer exists (its devices,
 	// and with them the lane, went with it).
 	NetnsGone bool `json:"netns_gone,omitempty"`
+	// Unpinned are the pin directories removed (recorded, or
+	// Options.PinDir also without a record).
+	Unpinned []string `json:"unpinned,omitempty"`
+}
+
+// existingDirs are those of dirs that exist, each once.
+func existingDirs(dirs ...string) []string {
+	var out []string
+	for _, d := range dirs {
+		if _, err := os.Stat(d); d != "" && err == nil && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// unpin removes the pin directories dirs (if still there: undo removes
+// the recorded one), noting them as removed.
+func (r *Removal) unpin(dirs []string) error {
+	var errs []error
+	for _, d := range dirs {
+		if err := removePins(d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.Unpinned = append(r.Unpinned, d)
+	}
+	return errors.Join(errs...)
 }
 
 // Disable detaches everything Enable attached and removes the record; it
@@ -400,11 +484,17 @@ func DisableReport(o Options) (Removal, error) {
 		return r, err
 	}
 	ns := o.Netns
+	pinDirs := existingDirs(o.PinDir)
 	if st != nil {
+		pinDirs = existingDirs(st.PinDir, o.PinDir)
 		r.Recorded, r.Interrupted = true, !st.Committed
 		ns = cmp.Or(o.Netns, st.Netns)
 		if ref, err := netns.Resolve(ns); err != nil || st.NetnsIno != 0 && ref.Ino != st.NetnsIno {
 			r.NetnsGone = true
+			// The pins would keep the gone lane's programs and maps.
+			if err := r.unpin(pinDirs); err != nil {
+				return r, err
+			}
 			return r, journal.Remove(o.StateFile)
 		}
 	}
@@ -430,6 +520,10 @@ func DisableReport(o Options) (Removal, error) {
 		return errors.Join(errs...)
 	})
 	if err != nil {
+		return r, err
+	}
+	// After the detach: nothing runs the pinned programs any more.
+	if err := r.unpin(pinDirs); err != nil {
 		return r, err
 	}
 	if st != nil {

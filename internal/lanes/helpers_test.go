@@ -7,4 +7,4 @@ import (
 )
 
 // newNamedNS creates a uniquely named namespace, removed in cleanup.
-func newNamedNS(t *testing.T) string { return testbedtest.NewNamedNS(t, "rxlanes") }
+func newNamedNS(t testing.TB) string { return testbedtest.NewNamedNS(t, "rxlanes") }

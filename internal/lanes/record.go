@@ -39,6 +39,9 @@ const (
 	intentAttach        = "attach"
 	intentPeer          = "peer"
 	intentSkipNetfilter = "skip_netfilter"
+	// intentPin: the lane's objects are (about to be) pinned in this
+	// directory; undo removes it.
+	intentPin = "pin"
 )
 
 // State is the lane's record, replayed.
@@ -56,6 +59,9 @@ type State struct {
 	// TrustOuterCsum is the loaded program's --trust-outer-csum.
 	TrustOuterCsum bool   `json:"trust_outer_csum,omitempty"`
 	Device         string `json:"device,omitempty"`
+	// PinDir is where the lane's programs and maps are pinned ("": not
+	// pinned).
+	PinDir string `json:"pin_dir,omitempty"`
 	// Committed is false while an enable is in progress, or after one
 	// was killed: disable undoes what it recorded.
 	Committed bool `json:"committed"`
@@ -106,6 +112,8 @@ func loadState(path string) (*State, error) {
 			st.Peers = append(st.Peers, p)
 		case intentSkipNetfilter:
 			err = json.Unmarshal(r.Data, &st.SkipNetfilter)
+		case intentPin:
+			err = json.Unmarshal(r.Data, &st.PinDir)
 		default:
 			err = fmt.Errorf("unknown intent %q", r.Kind)
 		}
@@ -118,7 +126,7 @@ func loadState(path string) (*State, error) {
 
 // undo reverses what st records, last change first, in the calling
 // thread's namespace (the lane's). Peers go after the programs: nothing
-// is queued to them once the XDP program is gone.
+// is queued to them once the XDP program is gone; the pins go last.
 func undo(st *State) error {
 	var errs []error
 	for i := len(st.Attachments) - 1; i >= 0; i-- {
@@ -132,6 +140,8 @@ func undo(st *State) error {
 	for i := len(st.Peers) - 1; i >= 0; i-- {
 		errs = append(errs, overlay.RestorePeers(st.Peers[i:i+1]))
 	}
+	// Last: once detached, nothing runs the pinned programs.
+	errs = append(errs, removePins(st.PinDir))
 	return errors.Join(errs...)
 }
 

@@ -23,6 +23,9 @@ import (
 type Store struct {
 	Dir string
 	NS  netns.Ref
+	// PinRoot holds the lane's pin directory (PinDir); OpenStore sets
+	// DefaultPinRoot, "" turns pinning off.
+	PinRoot string
 }
 
 // OpenStore resolves netnsSpec ("" for the caller's namespace, a name in
@@ -32,7 +35,7 @@ func OpenStore(dir, netnsSpec string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Dir: dir, NS: ref}, nil
+	return &Store{Dir: dir, NS: ref, PinRoot: DefaultPinRoot}, nil
 }
 
 // RulesFile holds the namespace's rules.
@@ -41,9 +44,22 @@ func (s *Store) RulesFile() string { return filepath.Join(s.Dir, s.NS.ID()+".rul
 // RecordFile is the lane's write-ahead record.
 func (s *Store) RecordFile() string { return filepath.Join(s.Dir, s.NS.ID()+".lane.jsonl") }
 
-// Options are the lane options for this namespace with opts' choices.
+// PinDir is where the lane's programs and maps are pinned ("" when the
+// store does not pin).
+func (s *Store) PinDir() string {
+	if s.PinRoot == "" {
+		return ""
+	}
+	return filepath.Join(s.PinRoot, s.NS.ID())
+}
+
+// Options are the lane options for this namespace with opts' choices
+// (an empty opts.PinDir gets the store's).
 func (s *Store) Options(opts Options) Options {
 	opts.Netns, opts.StateFile = s.NS.Path, s.RecordFile()
+	if opts.PinDir == "" {
+		opts.PinDir = s.PinDir()
+	}
 	return opts
 }
 

@@ -19,9 +19,10 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/journal"
 )
 
 // MarkerDir holds one file per clsact qdisc rxlane added and has not yet
@@ -168,6 +169,33 @@ func (f Filter) AttachRecorded(dev string, prog *ebpf.Program, record func(creat
 		return createdClsact, fmt.Errorf("attach to %s ingress: %w", dev, err)
 	}
 	return createdClsact, nil
+}
+
+// Replace makes f's filter on dev run prog instead of its program, in
+// place: one `tc filter replace` of the same priority, handle and name,
+// so no packet finds the device without the filter (never a detach and
+// attach). The filter must be there: Replace creates nothing.
+func (f Filter) Replace(dev string, prog *ebpf.Program) error {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("unknown device %q: %w", dev, err)
+	}
+	old, err := f.Find(l)
+	if err != nil {
+		return err
+	}
+	if old == nil {
+		return fmt.Errorf("no %s filter (prio %#x, handle %d) on %s ingress to replace", f.Name, f.Prio, f.Handle, dev)
+	}
+	bf := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
+			Handle: f.Handle, Priority: f.Prio, Protocol: old.Protocol},
+		Fd: prog.FD(), Name: f.Name, DirectAction: true,
+	}
+	if err := netlink.FilterReplace(bf); err != nil {
+		return fmt.Errorf("replace the program of %s's %s filter: %w", dev, f.Name, err)
+	}
+	return nil
 }
 
 // Remove removes only the filter from dev, leaving the clsact qdisc for
