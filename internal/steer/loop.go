@@ -171,16 +171,24 @@ func (f *Follow) Run(ctx context.Context) error {
 	if err := f.Loop.Validate(); err != nil {
 		return err
 	}
-	loop, err := falcon.NewLoop(f.Loop.LoopConfig, falcon.PlaceOff)
+	// The loop starts off (the unsteered path never costs), unless an
+	// earlier follower's last switch for good was to steered and it left
+	// the datapath so (killed, or a restarted agent): then it resumes
+	// there, so a follower's restart changes no placement.
+	start := falcon.PlaceOff
+	if st.Placement == falcon.PlaceSteered.String() && !st.Parked {
+		start = falcon.PlaceSteered
+	}
+	loop, err := falcon.NewLoop(f.Loop.LoopConfig, start)
 	if err != nil {
 		return err
 	}
 	lr := &loopRun{f: f, st: st, m: m, loop: loop, fl: fl, pk: pk}
-	fl.Off = true // the loop starts off: the unsteered path never costs
+	fl.Off = start == falcon.PlaceOff
 	if _, _, err := fl.Step(); err != nil {
 		return err
 	}
-	if err := lr.place(falcon.PlaceOff); err != nil {
+	if err := lr.place(start); err != nil {
 		return err
 	}
 	if lr.base, err = lr.measure(); err != nil {

@@ -151,6 +151,36 @@ func TestLoopSwitchesThroughJournal(t *testing.T) {
 	if measured.Load() == 0 {
 		t.Fatal("no window had a measured length")
 	}
+
+	// A follower stopped (or killed) while steered: the next one resumes
+	// steered, with no placement change in between.
+	better.Store(int32(falcon.PlaceSteered))
+	for len(decisions) > 0 {
+		<-decisions // the stopped run's
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { done <- f.Run(ctx) }()
+	<-done // the deferred wait's value
+	waitSwitch(falcon.PlaceSteered)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var steps []string
+	f.placing = func(step string) { steps = append(steps, step) }                 // the loop's own goroutine only
+	ctx, cancel = context.WithTimeout(context.Background(), 150*time.Millisecond) // how long it follows
+	defer cancel()
+	go func() { done <- f.Run(ctx) }()
+	if err := <-done; err != nil {
+		t.Fatalf("resumed run: %v", err)
+	}
+	done <- nil
+	if len(steps) < 2 || steps[0] != "on" || steps[1] != "placed" {
+		t.Fatalf("a follower after one stopped while steered placed %v first: want it resumed steered (on, placed)", steps)
+	}
+	if s, err := ReadStatus(state); err != nil || !s.On || s.Loop == nil || s.Loop.Placement != "steered" {
+		t.Fatalf("after the resumed follower: %+v, %v; want steered and on", s.Loop, err)
+	}
 }
 
 // parkView is what parking changes, read from the journal and the kernel.

@@ -240,7 +240,14 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("skipping: needs 2 CPUs")
 	}
-	tb := testbedtest.Up(t, testbedtest.Config(t))
+	cfg := testbedtest.Config(t)
+	// scripts/reorder-bench LAYOUT=nic: hostB's wire in NAPI mode (as a
+	// NIC's), so attaching and detaching XDP does not switch how the
+	// veth receives.
+	if l := os.Getenv("RXLANE_REORDER_LAYOUT"); l != "" {
+		cfg.Layout = testbed.Layout(l)
+	}
+	tb := testbedtest.Up(t, cfg)
 	// The TCP sender must transmit from one CPU only, or its own side
 	// reorders: a segment sent from softirq on CPU 1 (ACK-clocked: hostA
 	// received the ACK there) queues in CPU 1's backlog at vhA while the
