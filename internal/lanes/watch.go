@@ -239,6 +239,16 @@ func watchNetns(ctx context.Context, o Options, wo WatchOptions, st *State, load
 		})
 		report(topo, err)
 		if errors.Is(err, ErrNotEnabled) {
+			// A namespace being remade (dockerd restarting) loses the
+			// lane's devices before its file holds the new one: that is
+			// a replacement, not a disable. The watch ends only when
+			// the record is gone (disabled).
+			if !sameNetns(nsPath, ns) {
+				return errNetnsReplaced
+			}
+			if st, lerr := loadState(o.StateFile); lerr == nil && st != nil {
+				return nil // the namespace check or a later event decides
+			}
 			return err
 		}
 		return nil
