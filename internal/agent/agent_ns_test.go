@@ -361,31 +361,7 @@ func TestAgentRestartUnderTraffic(t *testing.T) {
 	defer tx.Close()
 
 	// The receiver checks the sequence as it goes.
-	type result struct {
-		got       int
-		reordered int
-	}
-	done := make(chan result, 1)
-	go func() {
-		var r result
-		buf := make([]byte, 64)
-		next := 0
-		for {
-			rx.SetReadDeadline(time.Now().Add(3 * time.Second))
-			n, _, err := rx.ReadFromUDP(buf)
-			if err != nil {
-				done <- r
-				return
-			}
-			var seq int
-			fmt.Sscanf(string(buf[:n]), "%d", &seq)
-			if seq != next {
-				r.reordered++
-			}
-			next = seq + 1
-			r.got++
-		}
-	}()
+	done := receiveSeq(rx)
 	// The sender: one datagram every 500 µs while the agent stops and
 	// starts again, and 200 more after it is back.
 	stopSend := make(chan struct{})
@@ -425,4 +401,35 @@ func TestAgentRestartUnderTraffic(t *testing.T) {
 		t.Fatalf("the lane's rule counted %d of the %d datagrams sent across the restart", c-base, n)
 	}
 	t.Logf("%d datagrams across an agent restart: all received in order, all through the lane", n)
+}
+
+// seqResult is what receiveSeq saw: datagrams received, and those whose
+// number was not the one after the last.
+type seqResult struct{ got, reordered int }
+
+// receiveSeq reads decimal-numbered datagrams on rx until none arrives
+// for 3 s (the sender has stopped), then sends what it saw.
+func receiveSeq(rx *net.UDPConn) <-chan seqResult {
+	done := make(chan seqResult, 1)
+	go func() {
+		var r seqResult
+		buf := make([]byte, 64)
+		next := 0
+		for {
+			rx.SetReadDeadline(time.Now().Add(3 * time.Second)) // ends the reader after the flow
+			n, _, err := rx.ReadFromUDP(buf)
+			if err != nil {
+				done <- r
+				return
+			}
+			var seq int
+			fmt.Sscanf(string(buf[:n]), "%d", &seq)
+			if seq != next {
+				r.reordered++
+			}
+			next = seq + 1
+			r.got++
+		}
+	}()
+	return done
 }

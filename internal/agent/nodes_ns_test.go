@@ -162,28 +162,7 @@ lanes:
 				t.Fatalf("the lane's rule counted %d (stored: %v) of the datagram sent", base, ok)
 			}
 
-			type result struct{ got, reordered int }
-			done := make(chan result, 1)
-			go func() {
-				var r result
-				buf := make([]byte, 64)
-				next := 0
-				for {
-					hi.SetReadDeadline(time.Now().Add(3 * time.Second))
-					k, _, err := hi.ReadFromUDP(buf)
-					if err != nil {
-						done <- r
-						return
-					}
-					var seq int
-					fmt.Sscanf(string(buf[:k]), "%d", &seq)
-					if seq != next {
-						r.reordered++
-					}
-					next = seq + 1
-					r.got++
-				}
-			}()
+			done := receiveSeq(hi)
 			// The low-priority flood: 5 datagrams every 200 µs (about
 			// 25 kpps, what a veth wire's backlog drains on this
 			// machine) until the high flow ends, at most 20 s. Nobody
