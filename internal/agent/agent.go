@@ -21,6 +21,7 @@ import (
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/steer"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // Options configure an Agent.
@@ -63,8 +64,10 @@ type Agent struct {
 	lanes   map[uint64]*laneRun  // by namespace inode
 	steers  map[uint64]*steerRun // by namespace inode
 	runtime map[string][]policy.Rule
-	lock    *os.File
-	isoErr  string // the last isolation apply's error
+	// workloads are the orchestrators' lane requests, by key.
+	workloads map[string]workload.Workload
+	lock      *os.File
+	isoErr    string // the last isolation apply's error
 
 	ctx     context.Context
 	wg      sync.WaitGroup
@@ -110,7 +113,7 @@ func New(opts Options) (*Agent, error) {
 		opts.RetryMax = 30 * time.Second
 	}
 	return &Agent{opts: opts, log: opts.Log, cfg: cfg, lanes: map[uint64]*laneRun{}, steers: map[uint64]*steerRun{},
-		reloads: make(chan chan error)}, nil
+		workloads: map[string]workload.Workload{}, reloads: make(chan chan error)}, nil
 }
 
 // Config is the configuration in force.
@@ -229,6 +232,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	if err := a.loadRuntime(); err != nil {
 		return err
 	}
+	if err := a.loadWorkloads(); err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a.ctx = runCtx
@@ -238,6 +244,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.mu.Lock()
 	a.apply(a.cfg, nil)
 	a.mu.Unlock()
+	// What the CNI plugin recorded while no agent ran.
+	a.applyPending()
 	a.ready.Store(true)
 	a.log.Info("agent ready", "ready", a.Ready())
 	if ready != nil {
@@ -260,6 +268,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 				stamp = s
 				a.reload("file changed")
 			}
+			// A plugin that found the socket busy or refused (an
+			// agent restarting) leaves a record.
+			a.applyPending()
 		}
 	}
 }
@@ -476,15 +487,17 @@ func sameSteer(a, b SteerConfig) bool {
 	return string(x) == string(y)
 }
 
-// desiredRules are the rules a lane must hold: its configuration's and
-// the runtime rules added through the socket (those that do not
-// conflict with the configuration's).
+// desiredRules are the rules a lane must hold: its configuration's, the
+// runtime rules added through the socket (those that do not conflict with
+// the configuration's) and the workloads' (those that conflict with
+// neither).
 func (a *Agent) desiredRules(lr *laneRun) []policy.Rule {
 	var out []policy.Rule
 	for _, r := range lr.cfg.Rules {
 		out = append(out, r.Rule)
 	}
-	return append(out, a.keptRuntime(lr)...)
+	out = append(out, a.keptRuntime(lr)...)
+	return append(out, a.workloadRules(lr, out)...)
 }
 
 // reconcileRules makes the store's rules equal to the desired ones:
@@ -838,10 +851,5 @@ func (a *Agent) saveRuntime() error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(a.cfg.AgentDir(), runtimeFile)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return writeAtomic(filepath.Join(a.cfg.AgentDir(), runtimeFile), b)
 }

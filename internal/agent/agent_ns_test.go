@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // laneConfig is a config with one lane on the testbed's hostB and a rule
@@ -432,4 +435,162 @@ func receiveSeq(rx *net.UDPConn) <-chan seqResult {
 		}
 	}()
 	return done
+}
+
+// TestAgentWorkloads runs the agent with a lane that takes workloads
+// (no rules of its own, netfilter not skipped): a CNI record left while
+// no agent ran is applied at start and serves ctrB's port 7000 through
+// the lane (the rule counts every datagram); a newer workload with the
+// same address replaces it; a bad request changes nothing; a DEL removes
+// the rule and a second DEL is fine; a record written while the agent
+// runs is applied; the workloads survive a restart; Cleanup restores the
+// testbed.
+func TestAgentWorkloads(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	// A lane that takes workloads skips no filter: the testbed's
+	// bridge must not call iptables (br_netfilter, loaded on this
+	// machine by Docker, does by default in every namespace).
+	bridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
+	before := testbedtest.Snapshot(t, tb)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
+socket: %s/sock/agent.sock
+lanes:
+  - netns: %s
+    trust_outer_csum: true
+    workloads: true
+`, dir, dir, tb.NS(testbed.HostB)))
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	ip := netip.MustParseAddr(testbed.OverlayB.String())
+	first := workload.Workload{Source: workload.SourceCNI, ID: "ctr1", IPs: []netip.Addr{ip}, Lane: "high", Ports: "7000", Proto: "udp"}
+	pending := workload.PendingDir(cfg.AgentDir())
+	if err := workload.WritePending(pending, workload.OpSet, first); err != nil {
+		t.Fatal(err)
+	}
+
+	a, stop := startAgent(t, Options{ConfigFile: file, ConfigPoll: 20 * time.Millisecond})
+	st := a.Stores()[0]
+	keys := func() string {
+		var k []string
+		for _, w := range a.Status().Workloads {
+			k = append(k, w.Key())
+		}
+		return strings.Join(k, ",")
+	}
+	if k := keys(); k != first.Key() {
+		t.Fatalf("workloads after start %q, want the pending record's %q", k, first.Key())
+	}
+	if ls := a.Status().Lanes[0]; len(ls.Rules) != 1 || ls.Rules[0].Source != "workload" || ls.Rules[0].Workload != first.Key() {
+		t.Fatalf("lane after start: %+v", ls)
+	}
+	if ents, _ := os.ReadDir(pending); len(ents) != 0 {
+		t.Fatalf("pending records left after start: %v", ents)
+	}
+	send(t, tb, 7000, 20)
+	if n, _ := rulePackets(t, st, 7000); n != 20 {
+		s, _ := st.Stats()
+		t.Fatalf("workload rule counted %d, want 20 (%+v)", n, s)
+	}
+
+	c, err := Dial(cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The address reused by a newer container: the older request goes.
+	newer := workload.Workload{Source: workload.SourceDocker, ID: "c2", Name: "web", IPs: []netip.Addr{ip}, Lane: "high", Ports: "7000-7001", Proto: "udp"}
+	if err := c.Call(Request{Op: OpWorkloadSet, Workload: &newer}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if k := keys(); k != newer.Key() {
+		t.Fatalf("workloads %q, want only the newer %q", k, newer.Key())
+	}
+	if _, ok := rulePackets(t, st, 7000); ok {
+		t.Fatal("the replaced workload's rule is still stored")
+	}
+	// A bad request: refused, nothing changes.
+	bad := newer
+	bad.ID, bad.Lane = "c3", "turbo"
+	var re *RemoteError
+	if err := c.Call(Request{Op: OpWorkloadSet, Workload: &bad}, nil); !errors.As(err, &re) || re.Code != CodeInvalid {
+		t.Fatalf("bad lane: %v, want a %s error", err, CodeInvalid)
+	}
+	if k := keys(); k != newer.Key() {
+		t.Fatalf("workloads after a bad request %q", k)
+	}
+	send(t, tb, 7001, 5)
+	if n, _ := rulePackets(t, st, 7001); n != 0 {
+		t.Fatalf("rule for the port 7001 alone exists (counted %d): the newer workload's rule is a range", n)
+	}
+	if s, err := st.Stats(); err != nil || len(s.Rules) != 1 || s.Rules[0].Packets != 5 {
+		t.Fatalf("lane with the newer workload (one rule, 7000-7001, 5 packets): %+v, %v", s, err)
+	}
+	// DEL, twice.
+	for range 2 {
+		if err := c.Call(Request{Op: OpWorkloadDel, Workload: &workload.Workload{Source: newer.Source, ID: newer.ID}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ls := a.Status().Lanes[0]; len(ls.Rules) != 0 || keys() != "" {
+		t.Fatalf("after DEL: lane %+v, workloads %q", ls, keys())
+	}
+	// A record written while the agent runs (the plugin found no
+	// answer) is applied by the agent's next look.
+	if err := workload.WritePending(pending, workload.OpSet, first); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pending record applied", func() bool { return keys() == first.Key() })
+
+	// A restart keeps the workloads.
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	a, stop = startAgent(t, Options{ConfigFile: file})
+	if k := keys(); k != first.Key() {
+		t.Fatalf("workloads after a restart %q, want %q", k, first.Key())
+	}
+	send(t, tb, 7000, 3)
+	if n, _ := rulePackets(t, a.Stores()[0], 7000); n < 3 {
+		t.Fatalf("workload rule counted %d after the restart, want at least 3", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if after := testbedtest.Snapshot(t, tb); after != before {
+		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// bridgeNetfilterOff turns br_netfilter's iptables calls off in the
+// test's namespace ns (nothing to do when br_netfilter is not loaded).
+func bridgeNetfilterOff(t *testing.T, ns string) {
+	t.Helper()
+	err := netns.Do(ns, false, func() error {
+		for _, k := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
+			p := "/proc/sys/net/bridge/" + k
+			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err := os.WriteFile(p, []byte("0"), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

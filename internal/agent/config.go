@@ -78,6 +78,10 @@ type LaneConfig struct {
 	SkipNetfilter  bool         `json:"skip_netfilter"`
 	TrustOuterCsum bool         `json:"trust_outer_csum"`
 	Rules          []ConfigRule `json:"rules"`
+	// Workloads lets workloads join this lane: the CNI plugin's, the
+	// pod annotations' and the container labels' requests become rules
+	// for the workloads' own addresses (docs/orchestrators.md).
+	Workloads bool `json:"workloads"`
 }
 
 // Options are the lane's options for lanes.Store.Enable.
@@ -446,7 +450,7 @@ func (d *decoder) resolve(n *yaml.Node, path, spec string) (netns.Ref, bool) {
 
 func (d *decoder) lane(n *yaml.Node, path string) LaneConfig {
 	l := LaneConfig{Line: n.Line, Mode: lanes.ModeSync}
-	f := d.fields(n, path, "netns", "device", "mode", "skip_netfilter", "trust_outer_csum", "rules")
+	f := d.fields(n, path, "netns", "device", "mode", "skip_netfilter", "trust_outer_csum", "rules", "workloads")
 	if v := f["netns"]; v != nil {
 		if s, ok := d.str(v, path+".netns"); ok {
 			l.Netns = s
@@ -478,6 +482,15 @@ func (d *decoder) lane(n *yaml.Node, path string) LaneConfig {
 	}
 	if v := f["trust_outer_csum"]; v != nil {
 		l.TrustOuterCsum, _ = d.boolean(v, path+".trust_outer_csum")
+	}
+	if v := f["workloads"]; v != nil {
+		l.Workloads, _ = d.boolean(v, path+".workloads")
+		// A lane that skips netfilter would let a pod exempt itself
+		// from NetworkPolicy by asking for it: only the operator's
+		// own rules may skip.
+		if l.Workloads && l.SkipNetfilter {
+			d.fail(v, path+".workloads", "not with skip_netfilter: a workload would skip the node's filtering (NetworkPolicy) by asking for the lane")
+		}
 	}
 	if v := f["rules"]; v != nil {
 		rules := d.list(v, path+".rules")

@@ -27,7 +27,13 @@ func TestConfigErrorsNameFieldAndLine(t *testing.T) {
 lanes:
   - netns: /proc/self/ns/net
     skip_netfiler: true
-`, `agent.yaml:4: lanes[0].skip_netfiler: unknown field (known: netns, device, mode, skip_netfilter, trust_outer_csum, rules)`},
+`, `agent.yaml:4: lanes[0].skip_netfiler: unknown field (known: netns, device, mode, skip_netfilter, trust_outer_csum, rules, workloads)`},
+		{"workloads beside skip_netfilter", `
+lanes:
+  - netns: /proc/self/ns/net
+    skip_netfilter: true
+    workloads: true
+`, `agent.yaml:5: lanes[0].workloads: not with skip_netfilter: a workload would skip the node's filtering (NetworkPolicy) by asking for the lane`},
 		{"unknown top-level field", `
 lane:
   - netns: /proc/self/ns/net

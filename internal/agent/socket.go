@@ -10,12 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/policy"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // Operations of the socket's JSON-lines protocol: one Request a line, one
@@ -26,6 +28,10 @@ const (
 	OpLanesDel = "lanes.del"
 	OpSync     = "lanes.sync"
 	OpReload   = "reload"
+	// OpWorkloadSet and OpWorkloadDel carry an orchestrator's lane
+	// request for one workload (the CNI plugin's ADD and DEL).
+	OpWorkloadSet = "workload.set"
+	OpWorkloadDel = "workload.del"
 )
 
 // Error codes of a Response.
@@ -54,6 +60,9 @@ type Request struct {
 	NetnsID string    `json:"netns_id,omitempty"`
 	Rule    *RuleSpec `json:"rule,omitempty"`
 	ID      int       `json:"id,omitempty"`
+	// Workload is the workload of OpWorkloadSet (of OpWorkloadDel only
+	// Source and ID count).
+	Workload *workload.Workload `json:"workload,omitempty"`
 }
 
 // RuleSpec is policy.Spec on the wire.
@@ -293,8 +302,17 @@ func (a *Agent) handle(req Request) Response {
 		result, err = a.syncLane(req)
 	case OpReload:
 		err = a.Reload()
+	case OpWorkloadSet, OpWorkloadDel:
+		if req.Workload == nil {
+			err = &RemoteError{Code: CodeInvalid, Msg: req.Op + ": no workload"}
+		} else if req.Op == OpWorkloadSet {
+			err = a.SetWorkload(*req.Workload)
+		} else {
+			err = a.RemoveWorkload(req.Workload.Source, req.Workload.ID)
+		}
 	default:
-		err = &RemoteError{Code: CodeInvalid, Msg: fmt.Sprintf("unknown op %q (want %s, %s, %s, %s or %s)", req.Op, OpStatus, OpLanesAdd, OpLanesDel, OpSync, OpReload)}
+		err = &RemoteError{Code: CodeInvalid, Msg: fmt.Sprintf("unknown op %q (want %s)", req.Op,
+			strings.Join([]string{OpStatus, OpLanesAdd, OpLanesDel, OpSync, OpReload, OpWorkloadSet, OpWorkloadDel}, ", "))}
 	}
 	if err != nil {
 		var re *RemoteError
@@ -417,6 +435,8 @@ type Status struct {
 	Ready    bool          `json:"ready"`
 	Lanes    []LaneStatus  `json:"lanes"`
 	Steering []SteerStatus `json:"steering"`
+	// Workloads are the orchestrators' lane requests the agent holds.
+	Workloads []workload.Workload `json:"workloads"`
 }
 
 // LaneStatus is one lanes entry's state.
@@ -431,10 +451,12 @@ type LaneStatus struct {
 // RuleStatus is a stored rule and where it comes from.
 type RuleStatus struct {
 	policy.Rule
-	// Source is "config" (Line is its line) or "runtime" (added through
-	// the socket, kept across the agent's restarts until deleted).
-	Source string `json:"source"`
-	Line   int    `json:"line,omitempty"`
+	// Source is "config" (Line is its line), "runtime" (added through
+	// the socket, kept across the agent's restarts until deleted) or
+	// "workload" (Workload is its key: an orchestrator's request).
+	Source   string `json:"source"`
+	Line     int    `json:"line,omitempty"`
+	Workload string `json:"workload,omitempty"`
 }
 
 // SteerStatus is one steering entry's state.
@@ -449,7 +471,11 @@ func (a *Agent) Status() Status {
 	ready := a.Ready()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Config: a.opts.ConfigFile, Ready: ready, Lanes: []LaneStatus{}, Steering: []SteerStatus{}}
+	s := Status{Config: a.opts.ConfigFile, Ready: ready, Lanes: []LaneStatus{}, Steering: []SteerStatus{}, Workloads: []workload.Workload{}}
+	for _, w := range a.workloads {
+		s.Workloads = append(s.Workloads, w)
+	}
+	slices.SortFunc(s.Workloads, func(x, y workload.Workload) int { return strings.Compare(x.Key(), y.Key()) })
 	for _, l := range a.cfg.Lanes {
 		lr := a.lanes[l.NS.Ino]
 		if lr == nil {
@@ -465,6 +491,11 @@ func (a *Agent) Status() Status {
 				for _, c := range l.Rules {
 					if sameMatch(c.Rule, r) {
 						rs.Source, rs.Line = "config", c.Line
+					}
+				}
+				if rs.Source == "runtime" && l.Workloads {
+					if w, ok := a.workloadOf(r); ok {
+						rs.Source, rs.Workload = "workload", w.Key()
 					}
 				}
 				ls.Rules = append(ls.Rules, rs)
