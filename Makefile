@@ -1,6 +1,8 @@
 # rxlane — see README.md. Targets that touch the kernel need root.
 GO      ?= go
 BIN     := bin/rxlane
+CNI_BIN := bin/rxlane-cni
+CNI_DIR ?= /opt/cni/bin
 OUT     ?= out
 
 .PHONY: all setup build generate check-generate vet test demo demo-nodes bench clean kernel-test install
@@ -12,6 +14,7 @@ setup:
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rxlane
+	$(GO) build -o $(CNI_BIN) ./cmd/rxlane-cni
 
 # Regenerate the BPF objects and their Go bindings (needs clang).
 generate:
@@ -72,6 +75,7 @@ install: build
 	sed 's|/usr/local/bin/rxlane|$(PREFIX)/bin/rxlane|g' dist/rxlane-agent.service > rxlane-agent.service.tmp
 	install -D -m 0644 rxlane-agent.service.tmp $(DESTDIR)/etc/systemd/system/rxlane-agent.service
 	rm -f rxlane-agent.service.tmp
+	install -D -m 0755 $(CNI_BIN) $(DESTDIR)$(CNI_DIR)/rxlane-cni
 	test -e $(DESTDIR)/etc/rxlane/agent.yaml || install -D -m 0600 dist/agent.yaml $(DESTDIR)/etc/rxlane/agent.yaml
 	if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "edit /etc/rxlane/agent.yaml, check it with 'rxlane agent --check-config /etc/rxlane/agent.yaml', then: systemctl enable --now rxlane-agent"
