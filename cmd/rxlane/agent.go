@@ -245,6 +245,46 @@ func (f *lanesFlags) viaAgent(req agent.Request, result any) (handled bool, err 
 	return true, err
 }
 
+// refuseAgentOwned refuses a change the running agent's config owns: the
+// lane or steering (what) of namespace ns, or the node's isolation. The
+// agent would undo it or fight it (it re-enables a lane disabled behind
+// its back), so there must be one writer: the agent, through its config.
+// With no agent, or for what it does not own, it returns nil.
+func refuseAgentOwned(socket, what, ns, subject string) error {
+	req := agent.Request{Op: agent.OpManages, What: what, Netns: ns}
+	if what != agent.WhatIsolation {
+		ref, err := netns.Resolve(ns)
+		if err != nil {
+			return nil // the command itself names the bad --netns
+		}
+		req.NetnsID = ref.ID()
+	}
+	c, err := agent.Dial(socket)
+	if errors.Is(err, agent.ErrNoAgent) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var m agent.Manages
+	if err := c.Call(req, &m); err != nil {
+		return fmt.Errorf("ask the agent at %s who owns %s: %w", socket, subject, err)
+	}
+	if !m.Managed {
+		return nil
+	}
+	return usagef("%s belongs to the running rxlane agent (%s, %s line %d): change that entry and reload the agent (systemctl reload rxlane-agent), or stop the agent first", subject, m.Entry, m.Config, m.Line)
+}
+
+// nsSubject names a namespace's lane or steering in messages.
+func nsSubject(what, ns string) string {
+	if ns == "" {
+		return "the " + what + " of this namespace"
+	}
+	return fmt.Sprintf("the %s of namespace %q", what, ns)
+}
+
 func newAgentStatusCmd() *cobra.Command {
 	var socket string
 	var asJSON bool

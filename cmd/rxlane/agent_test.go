@@ -353,6 +353,29 @@ func TestAgentProcess(t *testing.T) {
 	if err != nil || !strings.Contains(out, "static (hash only)") {
 		t.Fatalf("steering after READY=1: %v\n%s", err, out)
 	}
+	// One writer: what the agent's config owns is refused from the CLI
+	// (usage error, nothing changed), what it does not own is not.
+	sock := "--agent-socket=" + filepath.Join(dir, "agent.sock")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"steer", "disable", "--netns", hostB}, fmt.Sprintf("the steering of namespace %q belongs to the running rxlane agent (steering[0], %s line 13)", hostB, file)},
+		{[]string{"lanes", "disable", "--netns", hostB}, fmt.Sprintf("the lane of namespace %q belongs to the running rxlane agent (lanes[0], %s line 5)", hostB, file)},
+		{[]string{"isolate", "revert"}, fmt.Sprintf("the node's isolation belongs to the running rxlane agent (isolation, %s line 18)", file)},
+	} {
+		_, err := run(append(c.args, sock)...)
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v beside the agent: %v, want exit 2 and %q", c.args, err, c.want)
+		}
+	}
+	if out, err := run("steer", "disable", "--netns", tb.NS(testbed.HostA), sock, "--state-dir", t.TempDir()); err != nil {
+		t.Errorf("steer disable of a namespace the agent does not own: %v\n%s", err, out)
+	}
+	out, err = run("steer", "status", "--netns", hostB, "--state-dir", filepath.Join(dir, "state", "steer"))
+	if err != nil || !strings.Contains(out, "static (hash only)") {
+		t.Fatalf("steering after the refused disable: %v\n%s", err, out)
+	}
 
 	// The agent serves its metrics: ready, and the rule's counter is the
 	// datapath's after a known number of packets.
