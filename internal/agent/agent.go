@@ -601,38 +601,57 @@ func (a *Agent) enableLane(lr *laneRun) (err error) {
 func (a *Agent) startLane(lr *laneRun) {
 	ctx, cancel := context.WithCancel(a.ctx)
 	lr.cancel, lr.done = cancel, make(chan struct{})
+	a.supervise(ctx, lr.done, func(ctx context.Context, started func(), after time.Duration) (bool, error) {
+		err := a.enableLane(lr)
+		started()
+		if err != nil {
+			a.log.Warn("lane not enabled: retrying", "netns", lr.cfg.Netns, "error", err.Error(), "after", after)
+			return false, err
+		}
+		err = lr.store.Watch(ctx, a.opts.Watch, func(topo lanes.Topology, err error) {
+			if err != nil {
+				a.log.Error("lane sync failed", "netns", lr.cfg.Netns, "error", err.Error())
+			} else {
+				a.log.Debug("lane synced", "netns", lr.cfg.Netns, "tunnels", len(topo.Tunnels), "endpoints", len(topo.Endpoints))
+			}
+			if a.opts.OnSync != nil {
+				a.opts.OnSync(lr.cfg.Netns, err)
+			}
+		})
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		if err == nil {
+			err = lanes.ErrNotEnabled
+		}
+		a.log.Warn("lane watch ended: enabling again", "netns", lr.cfg.Netns, "error", err.Error(), "after", time.Second)
+		return true, err
+	})
+}
+
+// supervise runs attempt in a goroutine until ctx ends or attempt
+// returns no error, waiting between attempts: 1 s after an attempt that
+// got its entry up (up), else doubling up to RetryMax. attempt calls
+// started once its first step (the enable) is done: supervise returns
+// then, so a start or a reload reports (and READY=1 follows) the first
+// reconcile; that enable takes a.mu, so supervise, called with a.mu
+// held, waits with it released. done is closed when the goroutine ends.
+func (a *Agent) supervise(ctx context.Context, done chan struct{}, attempt func(ctx context.Context, started func(), after time.Duration) (up bool, err error)) {
 	first := make(chan struct{})
+	started := sync.OnceFunc(func() { close(first) })
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		defer close(lr.done)
+		defer close(done)
+		defer started()
 		backoff := time.Second
-		once := sync.OnceFunc(func() { close(first) })
-		defer once()
 		for ctx.Err() == nil {
-			err := a.enableLane(lr)
-			once()
+			up, err := attempt(ctx, started, backoff)
 			if err == nil {
+				return
+			}
+			if up {
 				backoff = time.Second
-				err = lr.store.Watch(ctx, a.opts.Watch, func(topo lanes.Topology, err error) {
-					if err != nil {
-						a.log.Error("lane sync failed", "netns", lr.cfg.Netns, "error", err.Error())
-					} else {
-						a.log.Debug("lane synced", "netns", lr.cfg.Netns, "tunnels", len(topo.Tunnels), "endpoints", len(topo.Endpoints))
-					}
-					if a.opts.OnSync != nil {
-						a.opts.OnSync(lr.cfg.Netns, err)
-					}
-				})
-				if ctx.Err() != nil {
-					return
-				}
-				if err == nil {
-					err = lanes.ErrNotEnabled
-				}
-				a.log.Warn("lane watch ended: enabling again", "netns", lr.cfg.Netns, "error", err.Error(), "after", backoff)
-			} else {
-				a.log.Warn("lane not enabled: retrying", "netns", lr.cfg.Netns, "error", err.Error(), "after", backoff)
 			}
 			select {
 			case <-ctx.Done():
@@ -642,9 +661,6 @@ func (a *Agent) startLane(lr *laneRun) {
 			backoff = min(2*backoff, a.opts.RetryMax)
 		}
 	}()
-	// The first attempt completes before apply returns, so a start or a
-	// reload reports (and READY=1 follows) the first reconcile. Its
-	// enableLane takes a.mu: wait with it released.
 	a.mu.Unlock()
 	<-first
 	a.mu.Lock()
@@ -665,44 +681,27 @@ func (a *Agent) stopLane(lr *laneRun) {
 func (a *Agent) startSteer(sr *steerRun) {
 	ctx, cancel := context.WithCancel(a.ctx)
 	sr.cancel, sr.done = cancel, make(chan struct{})
-	first := make(chan struct{})
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		defer close(sr.done)
-		once := sync.OnceFunc(func() { close(first) })
-		defer once()
-		backoff := time.Second
-		for ctx.Err() == nil {
-			err := a.enableSteer(sr)
-			once()
-			if err == nil && sr.cfg.Follow {
-				fo := &steer.Follow{StateFile: sr.state, Interval: sr.cfg.Interval, Loop: sr.cfg.Loop,
-					Logf: func(format string, args ...any) {
-						a.log.Info(fmt.Sprintf(format, args...), "netns", sr.cfg.Netns, "part", "steer")
-					}}
-				err = fo.Run(ctx)
-				if ctx.Err() != nil {
-					return
-				}
-			} else if err == nil {
-				<-ctx.Done()
-				return
+	a.supervise(ctx, sr.done, func(ctx context.Context, started func(), after time.Duration) (bool, error) {
+		err := a.enableSteer(sr)
+		started()
+		if err == nil && sr.cfg.Follow {
+			fo := &steer.Follow{StateFile: sr.state, Interval: sr.cfg.Interval, Loop: sr.cfg.Loop,
+				Logf: func(format string, args ...any) {
+					a.log.Info(fmt.Sprintf(format, args...), "netns", sr.cfg.Netns, "part", "steer")
+				}}
+			err = fo.Run(ctx)
+			if ctx.Err() != nil {
+				return true, nil
 			}
-			msg := fmt.Sprint(err)
-			sr.lastErr.Store(&msg)
-			a.log.Warn("steering failed: retrying", "netns", sr.cfg.Netns, "error", msg, "after", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, a.opts.RetryMax)
+		} else if err == nil {
+			<-ctx.Done()
+			return true, nil
 		}
-	}()
-	a.mu.Unlock()
-	<-first
-	a.mu.Lock()
+		msg := fmt.Sprint(err)
+		sr.lastErr.Store(&msg)
+		a.log.Warn("steering failed: retrying", "netns", sr.cfg.Netns, "error", msg, "after", after)
+		return false, err
+	})
 }
 
 func (a *Agent) enableSteer(sr *steerRun) error {

@@ -196,27 +196,7 @@ lanes:
 			// The high-priority flow: one datagram every 500 µs while
 			// the agent stops and a new one starts, then 200 more.
 			restarted := make(chan struct{})
-			sent := make(chan int, 1)
-			go func() {
-				tick := time.NewTicker(500 * time.Microsecond)
-				defer tick.Stop()
-				i := 0
-				for extra := -1; extra != 0; i++ {
-					select {
-					case <-restarted:
-						if extra < 0 {
-							extra = 200
-						}
-					default:
-					}
-					if extra > 0 {
-						extra--
-					}
-					<-tick.C
-					tx.WriteToUDPAddrPort([]byte(fmt.Sprint(i)), dst)
-				}
-				sent <- i
-			}()
+			sent := sendSeq(restarted, func(b []byte) { tx.WriteToUDPAddrPort(b, dst) })
 			time.Sleep(100 * time.Millisecond) // traffic before the stop (not a synchronisation)
 			if err := stop(); err != nil {
 				t.Fatalf("agent run: %v", err)
