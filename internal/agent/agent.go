@@ -438,8 +438,22 @@ func (a *Agent) applyIsolation(cfg, old *Config) error {
 		return fmt.Errorf("isolation status: %w", err)
 	}
 	if old == nil && st.Applied && st.Committed && cfg.Isolation != nil {
-		a.log.Info("isolation adopted from its journal", "values", len(st.Entries), "drift", st.Drift)
-		return nil
+		// Adopt what an earlier agent applied, if it is this config's
+		// plan; a plan of another config (changed while no agent ran)
+		// is reverted and this one applied.
+		p, err := s.Plan(cfg.Isolation.Spec)
+		if err != nil {
+			return fmt.Errorf("isolation plan: %w", err)
+		}
+		same, err := s.AppliedMatches(p)
+		if err != nil {
+			return fmt.Errorf("isolation journal: %w", err)
+		}
+		if same {
+			a.log.Info("isolation adopted from its journal", "values", len(st.Entries), "drift", st.Drift)
+			return nil
+		}
+		a.log.Info("isolation in the journal is not the config's plan: reverting it")
 	}
 	if st.Applied {
 		n, err := s.Revert()
