@@ -7,6 +7,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rxlane/rxlane/internal/orchestrator/docker"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // DockerConfig is the configuration's docker section: the agent watches
@@ -55,10 +56,19 @@ func (d *decoder) docker(n *yaml.Node, path string, ls []LaneConfig) *DockerConf
 
 // startDocker runs the Docker watcher of the configuration, if any,
 // until the agent stops. A docker section changed by a reload takes
-// effect at the agent's next start (dockerReloaded says so).
+// effect at the agent's next start (dockerReloaded says so). Without a
+// docker section, the Docker workloads kept from an earlier run are
+// dropped: nothing would keep them current (their containers may go, and
+// their addresses go to others).
 func (a *Agent) startDocker() {
 	c := a.cfg.Docker
 	if c == nil {
+		for _, w := range a.WorkloadsOf(workload.SourceDocker) {
+			a.log.Info("no docker section: dropping a Docker workload of an earlier run", "workload", w.String())
+			if err := a.RemoveWorkload(w.Source, w.ID); err != nil {
+				a.log.Error("docker workload not removed", "workload", w.String(), "error", err.Error())
+			}
+		}
 		return
 	}
 	w := docker.New(docker.Options{Socket: c.Socket, Networks: c.Networks, Log: a.log})
