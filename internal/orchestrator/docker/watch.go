@@ -73,8 +73,8 @@ func New(o Options) *Watcher {
 // Run watches the daemon until ctx ends: it connects, resyncs, follows
 // the events, and after the daemon goes (or does not answer) tries again
 // with a backoff. While the daemon is away the workloads stay as they
-// were (fail open: a daemon restart keeps its containers' lanes until the
-// resync says otherwise).
+// were (fail open: with live-restore the containers run on, and keep
+// their lanes until the resync says otherwise).
 func (w *Watcher) Run(ctx context.Context, sink Sink) error {
 	backoff := w.opts.MinBackoff
 	down := false
