@@ -246,6 +246,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.mu.Unlock()
 	// What the CNI plugin recorded while no agent ran.
 	a.applyPending()
+	a.startDocker()
 	a.ready.Store(true)
 	a.log.Info("agent ready", "ready", a.Ready())
 	if ready != nil {
@@ -307,6 +308,7 @@ func (a *Agent) reload(why string) error {
 	a.log.Info("reloading config", "why", why)
 	old := a.cfg
 	a.cfg = cfg
+	a.dockerReloaded(old, cfg)
 	return a.apply(cfg, old)
 }
 
