@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -797,7 +798,83 @@ func Cleanup(cfg *Config, log *slog.Logger) error {
 	return cleanup(cfg, log)
 }
 
+// CleanupState is Cleanup from the state directory alone, for a config
+// that no longer loads (an entry's namespace gone, a typo): it takes the
+// agent's lock in stateDir and removes what is recorded there.
+func CleanupState(stateDir string, log *slog.Logger) error {
+	cfg := &Config{StateDir: stateDir}
+	a := &Agent{cfg: cfg}
+	if err := a.takeLock(); err != nil {
+		return err
+	}
+	defer a.lock.Close()
+	return sweep(cfg, log)
+}
+
 func cleanup(cfg *Config, log *slog.Logger) error {
+	if err := cleanupConfig(cfg, log); err != nil {
+		return err
+	}
+	return sweep(cfg, log)
+}
+
+// sweep removes everything recorded under the state directory, whatever
+// the config says now: every steering journal, every lane record (with
+// its pins) and rules file, the isolation journal and the agent's own
+// files. After the config's entries it catches what entries removed
+// while no agent ran left behind; alone it is the cleanup of a config
+// that does not load. A lane or steering record whose namespace is gone
+// is dropped (its devices went with the namespace).
+func sweep(cfg *Config, log *slog.Logger) error {
+	var errs []error
+	steerStates, _ := filepath.Glob(filepath.Join(cfg.SteerDir(), "*.json"))
+	for _, state := range steerStates {
+		if err := steer.Disable(state); err != nil {
+			errs = append(errs, fmt.Errorf("disable steering of %s: %w", state, err))
+		} else {
+			log.Info("steering disabled", "state", state)
+		}
+	}
+	records, _ := filepath.Glob(filepath.Join(cfg.LanesDir(), "*.lane.jsonl"))
+	for _, rec := range records {
+		id := strings.TrimSuffix(filepath.Base(rec), ".lane.jsonl")
+		r, err := lanes.DisableReport(lanes.Options{StateFile: rec, PinDir: filepath.Join(lanes.DefaultPinRoot, id)})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("disable lane of %s: %w", rec, err))
+			continue
+		}
+		log.Info("lane disabled", "record", rec, "netns_gone", r.NetnsGone)
+	}
+	rules, _ := filepath.Glob(filepath.Join(cfg.LanesDir(), "*.rules.json"))
+	for _, f := range rules {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	// Isolation last: steering's rps_cpus were journaled on top of it.
+	n, err := isolationSystem(cfg).Revert()
+	switch {
+	case errors.Is(err, isolate.ErrNotApplied):
+	case err != nil:
+		errs = append(errs, fmt.Errorf("isolation revert: %w", err))
+	default:
+		log.Info("isolation reverted", "values", n)
+	}
+	if len(errs) == 0 {
+		for _, f := range []string{runtimeFile, workloadsFile} {
+			if err := os.Remove(filepath.Join(cfg.AgentDir(), f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.RemoveAll(workload.PendingDir(cfg.AgentDir())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupConfig disables the config's entries.
+func cleanupConfig(cfg *Config, log *slog.Logger) error {
 	var errs []error
 	for _, s := range cfg.Steering {
 		state := filepath.Join(cfg.SteerDir(), s.NS.ID()+".json")
@@ -824,22 +901,8 @@ func cleanup(cfg *Config, log *slog.Logger) error {
 			errs = append(errs, err)
 		}
 	}
-	// Isolation last: steering's rps_cpus were journaled on top of it.
-	if cfg.Isolation != nil {
-		n, err := isolationSystem(cfg).Revert()
-		switch {
-		case errors.Is(err, isolate.ErrNotApplied):
-		case err != nil:
-			errs = append(errs, fmt.Errorf("isolation revert: %w", err))
-		default:
-			log.Info("isolation reverted", "values", n)
-		}
-	}
-	if len(errs) == 0 {
-		if err := os.Remove(filepath.Join(cfg.AgentDir(), runtimeFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
+	// Isolation is the sweep's, last: steering's rps_cpus were
+	// journaled on top of it.
 	return errors.Join(errs...)
 }
 
