@@ -118,7 +118,7 @@ See docs/agent.md for the config reference.`,
 				},
 				Isolate: func() *isolate.System { return a.IsolationSystem() },
 			})
-			a, err = agent.New(agent.Options{ConfigFile: config, Log: log, CleanupOnExit: cleanupOnExit, OnReconcile: exp.ObserveReconcile})
+			a, err = agent.New(agent.Options{ConfigFile: config, Log: log, CleanupOnExit: cleanupOnExit, OnReconcile: exp.ObserveReconcile, OnSync: exp.ObserveSync})
 			var ce *agent.ConfigError
 			if errors.As(err, &ce) {
 				return fmt.Errorf("config %s is not valid:\n%w", config, err)
