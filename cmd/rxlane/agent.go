@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"text/tabwriter"
 
@@ -25,6 +26,7 @@ func newAgentCmd() *cobra.Command {
 	var (
 		config, checkConfig, logFormat, logLevel, metricsAddr string
 		cleanup, cleanupOnExit                                bool
+		cleanupState                                          string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -64,8 +66,25 @@ See docs/agent.md for the config reference.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (%d lanes, %d steering entries)\n", checkConfig, len(cfg.Lanes), len(cfg.Steering))
 				return nil
 			}
+			if cleanupState != "" {
+				if !cleanup || config != "" {
+					return usagef("--state-dir goes with --cleanup alone (no --config): it removes what the agent recorded there")
+				}
+				if !filepath.IsAbs(cleanupState) {
+					return usagef("--state-dir %q: want an absolute path", cleanupState)
+				}
+				log, err := agentLogger(cmd, logFormat, logLevel)
+				if err != nil {
+					return err
+				}
+				if err := agent.CleanupState(cleanupState, log); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed every lane, steering entry and isolation recorded in %s, and the agent's state\n", cleanupState)
+				return nil
+			}
 			if config == "" {
-				return usagef("--config FILE is required (or --check-config FILE)")
+				return usagef("--config FILE is required (or --check-config FILE, or --cleanup --state-dir DIR)")
 			}
 			log, err := agentLogger(cmd, logFormat, logLevel)
 			if err != nil {
@@ -77,7 +96,7 @@ See docs/agent.md for the config reference.`,
 				}
 				cfg, err := loadAgentConfig(config)
 				if err != nil {
-					return err
+					return fmt.Errorf("%w\n(to remove what the agent recorded without a config that loads: rxlane agent --cleanup --state-dir %s)", err, agent.DefaultStateDir)
 				}
 				if err := agent.Cleanup(cfg, log); err != nil {
 					return err
@@ -99,7 +118,7 @@ See docs/agent.md for the config reference.`,
 				},
 				Isolate: func() *isolate.System { return a.IsolationSystem() },
 			})
-			a, err = agent.New(agent.Options{ConfigFile: config, Log: log, CleanupOnExit: cleanupOnExit, OnReconcile: exp.ObserveReconcile})
+			a, err = agent.New(agent.Options{ConfigFile: config, Log: log, CleanupOnExit: cleanupOnExit, OnReconcile: exp.ObserveReconcile, OnSync: exp.ObserveSync})
 			var ce *agent.ConfigError
 			if errors.As(err, &ce) {
 				return fmt.Errorf("config %s is not valid:\n%w", config, err)
@@ -169,7 +188,8 @@ See docs/agent.md for the config reference.`,
 	cmd.Flags().StringVar(&checkConfig, "check-config", "", "validate this config (fields, rules, namespaces) and exit: prints OK or every problem with its line")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "disable every lane and steering entry the config names (and a lane attached there without a record), remove the agent's state, and exit")
+	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "disable every lane and steering entry the config names (and a lane attached there without a record) and everything recorded in its state_dir, revert its isolation, remove the agent's state, and exit")
+	cmd.Flags().StringVar(&cleanupState, "state-dir", "", "with --cleanup instead of --config: remove everything recorded in this state_dir (for a config that no longer loads)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-address", agent.DefaultMetricsAddress, "where /metrics, /healthz and /readyz listen (overrides metrics_address in the config; loopback by default; off: no HTTP)")
 	cmd.Flags().BoolVar(&cleanupOnExit, "cleanup-on-exit", false, "on SIGTERM or Ctrl-C disable everything instead of leaving it serving")
 	return cmd
@@ -243,6 +263,46 @@ func (f *lanesFlags) viaAgent(req agent.Request, result any) (handled bool, err 
 		return true, fmt.Errorf("the agent (%s): %w", f.agentSocket, err)
 	}
 	return true, err
+}
+
+// refuseAgentOwned refuses a change the running agent's config owns: the
+// lane or steering (what) of namespace ns, or the node's isolation. The
+// agent would undo it or fight it (it re-enables a lane disabled behind
+// its back), so there must be one writer: the agent, through its config.
+// With no agent, or for what it does not own, it returns nil.
+func refuseAgentOwned(socket, what, ns, subject string) error {
+	req := agent.Request{Op: agent.OpManages, What: what, Netns: ns}
+	if what != agent.WhatIsolation {
+		ref, err := netns.Resolve(ns)
+		if err != nil {
+			return nil // the command itself names the bad --netns
+		}
+		req.NetnsID = ref.ID()
+	}
+	c, err := agent.Dial(socket)
+	if errors.Is(err, agent.ErrNoAgent) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var m agent.Manages
+	if err := c.Call(req, &m); err != nil {
+		return fmt.Errorf("ask the agent at %s who owns %s: %w", socket, subject, err)
+	}
+	if !m.Managed {
+		return nil
+	}
+	return usagef("%s belongs to the running rxlane agent (%s, %s line %d): change that entry and reload the agent (systemctl reload rxlane-agent), or stop the agent first", subject, m.Entry, m.Config, m.Line)
+}
+
+// nsSubject names a namespace's lane or steering in messages.
+func nsSubject(what, ns string) string {
+	if ns == "" {
+		return "the " + what + " of this namespace"
+	}
+	return fmt.Sprintf("the %s of namespace %q", what, ns)
 }
 
 func newAgentStatusCmd() *cobra.Command {

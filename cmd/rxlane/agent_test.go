@@ -353,6 +353,29 @@ func TestAgentProcess(t *testing.T) {
 	if err != nil || !strings.Contains(out, "static (hash only)") {
 		t.Fatalf("steering after READY=1: %v\n%s", err, out)
 	}
+	// One writer: what the agent's config owns is refused from the CLI
+	// (usage error, nothing changed), what it does not own is not.
+	sock := "--agent-socket=" + filepath.Join(dir, "agent.sock")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"steer", "disable", "--netns", hostB}, fmt.Sprintf("the steering of namespace %q belongs to the running rxlane agent (steering[0], %s line 13)", hostB, file)},
+		{[]string{"lanes", "disable", "--netns", hostB}, fmt.Sprintf("the lane of namespace %q belongs to the running rxlane agent (lanes[0], %s line 5)", hostB, file)},
+		{[]string{"isolate", "revert"}, fmt.Sprintf("the node's isolation belongs to the running rxlane agent (isolation, %s line 18)", file)},
+	} {
+		_, err := run(append(c.args, sock)...)
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v beside the agent: %v, want exit 2 and %q", c.args, err, c.want)
+		}
+	}
+	if out, err := run("steer", "disable", "--netns", tb.NS(testbed.HostA), sock, "--state-dir", t.TempDir()); err != nil {
+		t.Errorf("steer disable of a namespace the agent does not own: %v\n%s", err, out)
+	}
+	out, err = run("steer", "status", "--netns", hostB, "--state-dir", filepath.Join(dir, "state", "steer"))
+	if err != nil || !strings.Contains(out, "static (hash only)") {
+		t.Fatalf("steering after the refused disable: %v\n%s", err, out)
+	}
 
 	// The agent serves its metrics: ready, and the rule's counter is the
 	// datapath's after a known number of packets.
@@ -561,5 +584,97 @@ func TestAgentKill9(t *testing.T) {
 	}
 	if after := testbedtest.Snapshot(t, tb); after != before {
 		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// TestAgentCleanupWithoutConfig: an agent leaves a lane, static steering
+// and an isolation plan on hostB (fail open); then its config stops
+// loading (an entry names a namespace that is gone). `agent --cleanup
+// --config` refuses, saying how to clean up without it, and changes
+// nothing; `agent --cleanup --state-dir` removes everything recorded
+// there: the testbed is as before, the lane's pins are gone, and a
+// second sweep has nothing left to do.
+func TestAgentCleanupWithoutConfig(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	before := testbedtest.Snapshot(t, tb)
+	hostB := tb.NS(testbed.HostB)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	file := filepath.Join(dir, "agent.yaml")
+	good := fmt.Sprintf(`state_dir: %s
+socket: %s/agent.sock
+lanes:
+  - netns: %s
+    skip_netfilter: true
+    trust_outer_csum: true
+    rules:
+      - dst: %s
+        proto: udp
+        port: 7000
+steering:
+  - netns: %s
+    mode: static
+    cpus: "0"
+    follow: false
+isolation:
+  stack_cpus: "0"
+  devices: ["%s:%s"]
+`, state, dir, hostB, testbed.OverlayB, hostB, hostB, testbed.WireB)
+	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run("agent", "--cleanup", "--state-dir", state) }) // after a failure half way
+	stop := startTestAgent(t, file)
+	stop()
+	sendUDP(t, tb, 7000, 5) // fail open: still served
+	out, err := run("lanes", "stats", "--netns", hostB, "--state-dir", filepath.Join(state, "lanes"), "--json")
+	var st lanes.Stats
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st.Rules) != 1 || st.Rules[0].Packets != 5 {
+		t.Fatalf("lane after the agent stopped: %v\n%s", err, out)
+	}
+	ref, err := netns.Resolve(hostB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := filepath.Join(lanes.DefaultPinRoot, ref.ID())
+	if _, err := os.Stat(pins); err != nil {
+		t.Fatalf("the lane's pins: %v", err)
+	}
+	left := testbedtest.Snapshot(t, tb)
+	if left == before {
+		t.Fatal("the stopped agent left nothing in the testbed: nothing for the sweep to prove")
+	}
+
+	// The config no longer loads.
+	if err := os.WriteFile(file, []byte(strings.Replace(good, "  - netns: "+hostB+"\n    mode: static", "  - netns: rxl-gone-"+ref.ID()+"\n    mode: static", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run("agent", "--cleanup", "--config", file)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "steering[0].netns") || !strings.Contains(err.Error(), "rxlane agent --cleanup --state-dir") {
+		t.Fatalf("--cleanup with a config that does not load: %v", err)
+	}
+	if now := testbedtest.Snapshot(t, tb); now != left {
+		t.Fatalf("a refused --cleanup changed the testbed:\n%s", now)
+	}
+	if _, err := run("agent", "--cleanup", "--state-dir", "relative"); exitCode(err) != 2 {
+		t.Fatalf("--state-dir relative: %v, want a usage error", err)
+	}
+	if out, err := run("agent", "--cleanup", "--state-dir", state); err != nil || !strings.Contains(out, "removed every lane, steering entry and isolation recorded in") {
+		t.Fatalf("--cleanup --state-dir: %v\n%s", err, out)
+	}
+	if after := testbedtest.Snapshot(t, tb); after != before {
+		t.Errorf("--cleanup --state-dir did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if _, err := os.Stat(pins); !os.IsNotExist(err) {
+		t.Errorf("the lane's pins after the sweep: %v", err)
+	}
+	for _, sub := range []string{"lanes", "steer"} {
+		if ents, _ := filepath.Glob(filepath.Join(state, sub, "*.json*")); len(ents) != 0 {
+			t.Errorf("left in %s: %v", sub, ents)
+		}
+	}
+	if out, err := run("agent", "--cleanup", "--state-dir", state); err != nil {
+		t.Fatalf("a second sweep: %v\n%s", err, out)
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/spf13/cobra"
+
+	"github.com/rxlane/rxlane/internal/agent"
+	"github.com/rxlane/rxlane/internal/isolate"
 )
 
 type isolateFlags struct {
@@ -24,6 +26,17 @@ type isolateFlags struct {
 	banIRQs        bool
 	backlog        int
 	asJSON         bool
+	agentSocket    string
+}
+
+// refuseAgentOwned refuses apply and revert while a running agent's
+// config holds an isolation plan (of the real machine: a fake --root is
+// never the agent's).
+func (f *isolateFlags) refuseAgentOwned() error {
+	if f.root != "/" {
+		return nil
+	}
+	return refuseAgentOwned(f.agentSocket, agent.WhatIsolation, "", "the node's isolation")
 }
 
 func newIsolateCmd() *cobra.Command {
@@ -51,6 +64,7 @@ Devices are DEV or NETNS:DEV (a named netns under /run/netns), e.g.
 	cmd.PersistentFlags().StringVar(&f.root, "root", "/", "root of the machine to change (a fake tree for tests: RSS tables and thread affinities then come from ROOT/fake/{rss,affinity})")
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "", "where the journal lives (default ROOT/run/rxlane/isolate)")
 	cmd.PersistentFlags().BoolVar(&f.asJSON, "json", false, "print JSON")
+	cmd.PersistentFlags().StringVar(&f.agentSocket, "agent-socket", agentSocket(), "a running agent's socket: apply and revert are refused while the agent's config holds an isolation plan ($RXLANE_AGENT_SOCKET)")
 	cmd.AddCommand(newIsolatePlanCmd(f, false), newIsolatePlanCmd(f, true), newIsolateRevertCmd(f), newIsolateStatusCmd(f), newIsolateBenchCmd())
 	return cmd
 }
@@ -152,6 +166,9 @@ func newIsolatePlanCmd(f *isolateFlags, apply bool) *cobra.Command {
 				printPlan(cmd.OutOrStdout(), p)
 				return nil
 			}
+			if err := f.refuseAgentOwned(); err != nil {
+				return err
+			}
 			n, err := s.Apply(p)
 			if err != nil {
 				return isolateErr(fmt.Errorf("isolate apply: %w", err))
@@ -240,6 +257,9 @@ func newIsolateRevertCmd(f *isolateFlags) *cobra.Command {
 		Short: "Restore every value the last apply changed, from its journal",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.refuseAgentOwned(); err != nil {
+				return err
+			}
 			n, err := f.system().Revert()
 			if err != nil {
 				return isolateErr(fmt.Errorf("isolate revert: %w", err))

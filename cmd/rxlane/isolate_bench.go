@@ -3,11 +3,12 @@ package main
 import (
 	"fmt"
 
+	"github.com/spf13/cobra"
+
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/experiments"
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/testbed"
-	"github.com/spf13/cobra"
 )
 
 func newIsolateBenchCmd() *cobra.Command {

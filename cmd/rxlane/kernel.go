@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/kernel"
 	"github.com/spf13/cobra"
+
+	"github.com/rxlane/rxlane/internal/kernel"
 )
 
 type kernelFlags struct {

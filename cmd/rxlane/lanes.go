@@ -259,6 +259,9 @@ func newLanesEnableCmd(f *lanesFlags) *cobra.Command {
 			if err := lanes.ValidMode(mode); err != nil {
 				return err
 			}
+			if err := refuseAgentOwned(f.agentSocket, agent.WhatLanes, f.netns, nsSubject("lane", f.netns)); err != nil {
+				return err
+			}
 			st, err := f.store()
 			if err != nil {
 				return err
@@ -349,6 +352,9 @@ func newLanesDisableCmd(f *lanesFlags) *cobra.Command {
 		Short: "Detach the lane and undo everything enable changed (rules are kept)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseAgentOwned(f.agentSocket, agent.WhatLanes, f.netns, nsSubject("lane", f.netns)); err != nil {
+				return err
+			}
 			st, err := f.store()
 			if err != nil {
 				return err

@@ -9,11 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
 )
 
 // crashAt, in a CLI run by a test (RXLANE_CRASH_AT=N), makes the process

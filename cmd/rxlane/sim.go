@@ -10,9 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/rxlane/rxlane/internal/sim"
 	"github.com/rxlane/rxlane/internal/sim/study"
-	"github.com/spf13/cobra"
 )
 
 func newSimCmd() *cobra.Command {

@@ -11,15 +11,17 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rxlane/rxlane/internal/agent"
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/steer"
 )
 
 type steerFlags struct {
-	netns    string
-	stateDir string
-	json     bool
+	netns       string
+	stateDir    string
+	json        bool
+	agentSocket string
 }
 
 // stateFile checks --netns (a name in /run/netns, a namespace file's path,
@@ -92,6 +94,7 @@ See docs/steer.md.`,
 	cmd.PersistentFlags().StringVar(&f.netns, "netns", "", "network namespace of the receiving host (name in /run/netns or a path; default: this one)")
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "/run/rxlane/steer", "where what enable changed is journaled")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.PersistentFlags().StringVar(&f.agentSocket, "agent-socket", agentSocket(), "a running agent's socket: enable and disable are refused for a namespace whose steering the agent's config owns ($RXLANE_AGENT_SOCKET)")
 	cmd.AddCommand(newSteerEnableCmd(f), newSteerDisableCmd(f), newSteerStatusCmd(f))
 	return cmd
 }
@@ -112,6 +115,9 @@ func newSteerEnableCmd(f *steerFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			state, err := f.stateFile()
 			if err != nil {
+				return err
+			}
+			if err := refuseAgentOwned(f.agentSocket, agent.WhatSteering, f.netns, nsSubject("steering", f.netns)); err != nil {
 				return err
 			}
 			set, err := isolate.ParseCPUList(cpus)
@@ -218,6 +224,9 @@ func newSteerDisableCmd(f *steerFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			state, err := f.stateFile()
 			if err != nil {
+				return err
+			}
+			if err := refuseAgentOwned(f.agentSocket, agent.WhatSteering, f.netns, nsSubject("steering", f.netns)); err != nil {
 				return err
 			}
 			return steer.Disable(state)

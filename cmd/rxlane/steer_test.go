@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/steer"
-	"golang.org/x/sys/unix"
 )
 
 // TestSteerStateFileIsTheNamespace: every spelling of one namespace names

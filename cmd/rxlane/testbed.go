@@ -10,8 +10,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/spf13/cobra"
+
+	"github.com/rxlane/rxlane/internal/testbed"
 )
 
 func newTestbedCmd() *cobra.Command {

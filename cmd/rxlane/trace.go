@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/trace"
-	"github.com/spf13/cobra"
 )
 
 func newTraceCmd() *cobra.Command {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +247,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.mu.Unlock()
 	// What the CNI plugin recorded while no agent ran.
 	a.applyPending()
+	a.startDocker()
 	a.ready.Store(true)
 	a.log.Info("agent ready", "ready", a.Ready())
 	if ready != nil {
@@ -307,6 +309,7 @@ func (a *Agent) reload(why string) error {
 	a.log.Info("reloading config", "why", why)
 	old := a.cfg
 	a.cfg = cfg
+	a.dockerReloaded(old, cfg)
 	return a.apply(cfg, old)
 }
 
@@ -438,8 +441,22 @@ func (a *Agent) applyIsolation(cfg, old *Config) error {
 		return fmt.Errorf("isolation status: %w", err)
 	}
 	if old == nil && st.Applied && st.Committed && cfg.Isolation != nil {
-		a.log.Info("isolation adopted from its journal", "values", len(st.Entries), "drift", st.Drift)
-		return nil
+		// Adopt what an earlier agent applied, if it is this config's
+		// plan; a plan of another config (changed while no agent ran)
+		// is reverted and this one applied.
+		p, err := s.Plan(cfg.Isolation.Spec)
+		if err != nil {
+			return fmt.Errorf("isolation plan: %w", err)
+		}
+		same, err := s.AppliedMatches(p)
+		if err != nil {
+			return fmt.Errorf("isolation journal: %w", err)
+		}
+		if same {
+			a.log.Info("isolation adopted from its journal", "values", len(st.Entries), "drift", st.Drift)
+			return nil
+		}
+		a.log.Info("isolation in the journal is not the config's plan: reverting it")
 	}
 	if st.Applied {
 		n, err := s.Revert()
@@ -601,38 +618,57 @@ func (a *Agent) enableLane(lr *laneRun) (err error) {
 func (a *Agent) startLane(lr *laneRun) {
 	ctx, cancel := context.WithCancel(a.ctx)
 	lr.cancel, lr.done = cancel, make(chan struct{})
+	a.supervise(ctx, lr.done, func(ctx context.Context, started func(), after time.Duration) (bool, error) {
+		err := a.enableLane(lr)
+		started()
+		if err != nil {
+			a.log.Warn("lane not enabled: retrying", "netns", lr.cfg.Netns, "error", err.Error(), "after", after)
+			return false, err
+		}
+		err = lr.store.Watch(ctx, a.opts.Watch, func(topo lanes.Topology, err error) {
+			if err != nil {
+				a.log.Error("lane sync failed", "netns", lr.cfg.Netns, "error", err.Error())
+			} else {
+				a.log.Debug("lane synced", "netns", lr.cfg.Netns, "tunnels", len(topo.Tunnels), "endpoints", len(topo.Endpoints))
+			}
+			if a.opts.OnSync != nil {
+				a.opts.OnSync(lr.cfg.Netns, err)
+			}
+		})
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		if err == nil {
+			err = lanes.ErrNotEnabled
+		}
+		a.log.Warn("lane watch ended: enabling again", "netns", lr.cfg.Netns, "error", err.Error(), "after", time.Second)
+		return true, err
+	})
+}
+
+// supervise runs attempt in a goroutine until ctx ends or attempt
+// returns no error, waiting between attempts: 1 s after an attempt that
+// got its entry up (up), else doubling up to RetryMax. attempt calls
+// started once its first step (the enable) is done: supervise returns
+// then, so a start or a reload reports (and READY=1 follows) the first
+// reconcile; that enable takes a.mu, so supervise, called with a.mu
+// held, waits with it released. done is closed when the goroutine ends.
+func (a *Agent) supervise(ctx context.Context, done chan struct{}, attempt func(ctx context.Context, started func(), after time.Duration) (up bool, err error)) {
 	first := make(chan struct{})
+	started := sync.OnceFunc(func() { close(first) })
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		defer close(lr.done)
+		defer close(done)
+		defer started()
 		backoff := time.Second
-		once := sync.OnceFunc(func() { close(first) })
-		defer once()
 		for ctx.Err() == nil {
-			err := a.enableLane(lr)
-			once()
+			up, err := attempt(ctx, started, backoff)
 			if err == nil {
+				return
+			}
+			if up {
 				backoff = time.Second
-				err = lr.store.Watch(ctx, a.opts.Watch, func(topo lanes.Topology, err error) {
-					if err != nil {
-						a.log.Error("lane sync failed", "netns", lr.cfg.Netns, "error", err.Error())
-					} else {
-						a.log.Debug("lane synced", "netns", lr.cfg.Netns, "tunnels", len(topo.Tunnels), "endpoints", len(topo.Endpoints))
-					}
-					if a.opts.OnSync != nil {
-						a.opts.OnSync(lr.cfg.Netns, err)
-					}
-				})
-				if ctx.Err() != nil {
-					return
-				}
-				if err == nil {
-					err = lanes.ErrNotEnabled
-				}
-				a.log.Warn("lane watch ended: enabling again", "netns", lr.cfg.Netns, "error", err.Error(), "after", backoff)
-			} else {
-				a.log.Warn("lane not enabled: retrying", "netns", lr.cfg.Netns, "error", err.Error(), "after", backoff)
 			}
 			select {
 			case <-ctx.Done():
@@ -642,9 +678,6 @@ func (a *Agent) startLane(lr *laneRun) {
 			backoff = min(2*backoff, a.opts.RetryMax)
 		}
 	}()
-	// The first attempt completes before apply returns, so a start or a
-	// reload reports (and READY=1 follows) the first reconcile. Its
-	// enableLane takes a.mu: wait with it released.
 	a.mu.Unlock()
 	<-first
 	a.mu.Lock()
@@ -665,44 +698,27 @@ func (a *Agent) stopLane(lr *laneRun) {
 func (a *Agent) startSteer(sr *steerRun) {
 	ctx, cancel := context.WithCancel(a.ctx)
 	sr.cancel, sr.done = cancel, make(chan struct{})
-	first := make(chan struct{})
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		defer close(sr.done)
-		once := sync.OnceFunc(func() { close(first) })
-		defer once()
-		backoff := time.Second
-		for ctx.Err() == nil {
-			err := a.enableSteer(sr)
-			once()
-			if err == nil && sr.cfg.Follow {
-				fo := &steer.Follow{StateFile: sr.state, Interval: sr.cfg.Interval, Loop: sr.cfg.Loop,
-					Logf: func(format string, args ...any) {
-						a.log.Info(fmt.Sprintf(format, args...), "netns", sr.cfg.Netns, "part", "steer")
-					}}
-				err = fo.Run(ctx)
-				if ctx.Err() != nil {
-					return
-				}
-			} else if err == nil {
-				<-ctx.Done()
-				return
+	a.supervise(ctx, sr.done, func(ctx context.Context, started func(), after time.Duration) (bool, error) {
+		err := a.enableSteer(sr)
+		started()
+		if err == nil && sr.cfg.Follow {
+			fo := &steer.Follow{StateFile: sr.state, Interval: sr.cfg.Interval, Loop: sr.cfg.Loop,
+				Logf: func(format string, args ...any) {
+					a.log.Info(fmt.Sprintf(format, args...), "netns", sr.cfg.Netns, "part", "steer")
+				}}
+			err = fo.Run(ctx)
+			if ctx.Err() != nil {
+				return true, nil
 			}
-			msg := fmt.Sprint(err)
-			sr.lastErr.Store(&msg)
-			a.log.Warn("steering failed: retrying", "netns", sr.cfg.Netns, "error", msg, "after", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, a.opts.RetryMax)
+		} else if err == nil {
+			<-ctx.Done()
+			return true, nil
 		}
-	}()
-	a.mu.Unlock()
-	<-first
-	a.mu.Lock()
+		msg := fmt.Sprint(err)
+		sr.lastErr.Store(&msg)
+		a.log.Warn("steering failed: retrying", "netns", sr.cfg.Netns, "error", msg, "after", after)
+		return false, err
+	})
 }
 
 func (a *Agent) enableSteer(sr *steerRun) error {
@@ -782,7 +798,83 @@ func Cleanup(cfg *Config, log *slog.Logger) error {
 	return cleanup(cfg, log)
 }
 
+// CleanupState is Cleanup from the state directory alone, for a config
+// that no longer loads (an entry's namespace gone, a typo): it takes the
+// agent's lock in stateDir and removes what is recorded there.
+func CleanupState(stateDir string, log *slog.Logger) error {
+	cfg := &Config{StateDir: stateDir}
+	a := &Agent{cfg: cfg}
+	if err := a.takeLock(); err != nil {
+		return err
+	}
+	defer a.lock.Close()
+	return sweep(cfg, log)
+}
+
 func cleanup(cfg *Config, log *slog.Logger) error {
+	if err := cleanupConfig(cfg, log); err != nil {
+		return err
+	}
+	return sweep(cfg, log)
+}
+
+// sweep removes everything recorded under the state directory, whatever
+// the config says now: every steering journal, every lane record (with
+// its pins) and rules file, the isolation journal and the agent's own
+// files. After the config's entries it catches what entries removed
+// while no agent ran left behind; alone it is the cleanup of a config
+// that does not load. A lane or steering record whose namespace is gone
+// is dropped (its devices went with the namespace).
+func sweep(cfg *Config, log *slog.Logger) error {
+	var errs []error
+	steerStates, _ := filepath.Glob(filepath.Join(cfg.SteerDir(), "*.json"))
+	for _, state := range steerStates {
+		if err := steer.Disable(state); err != nil {
+			errs = append(errs, fmt.Errorf("disable steering of %s: %w", state, err))
+		} else {
+			log.Info("steering disabled", "state", state)
+		}
+	}
+	records, _ := filepath.Glob(filepath.Join(cfg.LanesDir(), "*.lane.jsonl"))
+	for _, rec := range records {
+		id := strings.TrimSuffix(filepath.Base(rec), ".lane.jsonl")
+		r, err := lanes.DisableReport(lanes.Options{StateFile: rec, PinDir: filepath.Join(lanes.DefaultPinRoot, id)})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("disable lane of %s: %w", rec, err))
+			continue
+		}
+		log.Info("lane disabled", "record", rec, "netns_gone", r.NetnsGone)
+	}
+	rules, _ := filepath.Glob(filepath.Join(cfg.LanesDir(), "*.rules.json"))
+	for _, f := range rules {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	// Isolation last: steering's rps_cpus were journaled on top of it.
+	n, err := isolationSystem(cfg).Revert()
+	switch {
+	case errors.Is(err, isolate.ErrNotApplied):
+	case err != nil:
+		errs = append(errs, fmt.Errorf("isolation revert: %w", err))
+	default:
+		log.Info("isolation reverted", "values", n)
+	}
+	if len(errs) == 0 {
+		for _, f := range []string{runtimeFile, workloadsFile} {
+			if err := os.Remove(filepath.Join(cfg.AgentDir(), f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.RemoveAll(workload.PendingDir(cfg.AgentDir())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupConfig disables the config's entries.
+func cleanupConfig(cfg *Config, log *slog.Logger) error {
 	var errs []error
 	for _, s := range cfg.Steering {
 		state := filepath.Join(cfg.SteerDir(), s.NS.ID()+".json")
@@ -809,22 +901,8 @@ func cleanup(cfg *Config, log *slog.Logger) error {
 			errs = append(errs, err)
 		}
 	}
-	// Isolation last: steering's rps_cpus were journaled on top of it.
-	if cfg.Isolation != nil {
-		n, err := isolationSystem(cfg).Revert()
-		switch {
-		case errors.Is(err, isolate.ErrNotApplied):
-		case err != nil:
-			errs = append(errs, fmt.Errorf("isolation revert: %w", err))
-		default:
-			log.Info("isolation reverted", "values", n)
-		}
-	}
-	if len(errs) == 0 {
-		if err := os.Remove(filepath.Join(cfg.AgentDir(), runtimeFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
+	// Isolation is the sweep's, last: steering's rps_cpus were
+	// journaled on top of it.
 	return errors.Join(errs...)
 }
 

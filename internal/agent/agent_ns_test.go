@@ -368,27 +368,7 @@ func TestAgentRestartUnderTraffic(t *testing.T) {
 	// The sender: one datagram every 500 µs while the agent stops and
 	// starts again, and 200 more after it is back.
 	stopSend := make(chan struct{})
-	sent := make(chan int, 1)
-	go func() {
-		tick := time.NewTicker(500 * time.Microsecond)
-		defer tick.Stop()
-		i := 0
-		for extra := -1; extra != 0; i++ {
-			select {
-			case <-stopSend:
-				if extra < 0 {
-					extra = 200
-				}
-			default:
-			}
-			if extra > 0 {
-				extra--
-			}
-			<-tick.C
-			fmt.Fprintf(tx, "%d", i)
-		}
-		sent <- i
-	}()
+	sent := sendSeq(stopSend, func(b []byte) { tx.Write(b) })
 	time.Sleep(100 * time.Millisecond) // traffic before the stop (not a synchronisation)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -404,6 +384,33 @@ func TestAgentRestartUnderTraffic(t *testing.T) {
 		t.Fatalf("the lane's rule counted %d of the %d datagrams sent across the restart", c-base, n)
 	}
 	t.Logf("%d datagrams across an agent restart: all received in order, all through the lane", n)
+}
+
+// sendSeq sends decimal-numbered datagrams with send, one every 500 µs,
+// until 200 after stop is closed, then sends how many it sent.
+func sendSeq(stop <-chan struct{}, send func([]byte)) <-chan int {
+	sent := make(chan int, 1)
+	go func() {
+		tick := time.NewTicker(500 * time.Microsecond)
+		defer tick.Stop()
+		i := 0
+		for extra := -1; extra != 0; i++ {
+			select {
+			case <-stop:
+				if extra < 0 {
+					extra = 200
+				}
+			default:
+			}
+			if extra > 0 {
+				extra--
+			}
+			<-tick.C
+			send([]byte(fmt.Sprint(i)))
+		}
+		sent <- i
+	}()
+	return sent
 }
 
 // seqResult is what receiveSeq saw: datagrams received, and those whose

@@ -55,6 +55,8 @@ type Config struct {
 	Lanes          []LaneConfig   `json:"lanes,omitempty"`
 	Steering       []SteerConfig  `json:"steering,omitempty"`
 	Isolation      *IsolationPlan `json:"isolation,omitempty"`
+	// Docker, if set, is the engine whose labelled containers get lanes.
+	Docker *DockerConfig `json:"docker,omitempty"`
 }
 
 // LanesDir is the lanes' store directory.
@@ -387,7 +389,7 @@ func (d *decoder) config(data []byte) *Config {
 		return cfg
 	}
 	root := doc.Content[0]
-	f := d.fields(root, "", "state_dir", "socket", "metrics_address", "lanes", "steering", "isolation")
+	f := d.fields(root, "", "state_dir", "socket", "metrics_address", "lanes", "steering", "isolation", "docker")
 	if n := f["state_dir"]; n != nil {
 		cfg.StateDir = d.absPath(n, "state_dir")
 	}
@@ -414,6 +416,9 @@ func (d *decoder) config(data []byte) *Config {
 	}
 	if n := f["isolation"]; n != nil {
 		cfg.Isolation = d.isolation(n, "isolation")
+	}
+	if n := f["docker"]; n != nil {
+		cfg.Docker = d.docker(n, "docker", cfg.Lanes)
 	}
 	if len(d.problems) == 0 && len(cfg.Lanes) == 0 && len(cfg.Steering) == 0 && cfg.Isolation == nil {
 		d.fail(root, "", "nothing to do: want at least one lanes or steering entry")

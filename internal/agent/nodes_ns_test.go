@@ -98,26 +98,46 @@ func TestAgentOnNodes(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			n := testbedtest.Node(t, nodes.Options{Kind: kind, Prefix: "rxag"})
 			laneNS, subnet := nodeLane(n)
-			snapNS := []string{n.Netns}
-			if laneNS != n.Netns {
-				snapNS = append(snapNS, laneNS)
-			}
-			snapshot := func() string {
-				s := ""
-				for _, ns := range snapNS {
-					s += testbedtest.NetnsSnapshot(t, ns)
-				}
-				return s
-			}
-			before := snapshot()
+			agentOnNode(t, agentNode{Node: n, LaneNS: laneNS, Subnet: subnet, AddPod: n.AddPod, DelPod: n.DelPod})
+		})
+	}
+}
 
-			dir := t.TempDir()
-			file := filepath.Join(dir, "agent.yaml")
-			// skip_netfilter: bridge netfilter may be on on this
-			// machine (Flannel's cni0, Docker's br0); trust_outer_csum:
-			// the veth wire does not verify outer checksums as a NIC
-			// does (as the testbed's agent tests configure).
-			writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
+// agentNode is a node for agentOnNode: its description (the remote to
+// send from, its pods), where the lane goes, the containers' subnet, and
+// how to add and remove a container (the node's own way: package nodes'
+// or the real daemons').
+type agentNode struct {
+	*nodes.Node
+	LaneNS string
+	Subnet netip.Prefix
+	AddPod func() (nodes.Pod, error)
+	DelPod func(name string) error
+}
+
+// agentOnNode is TestAgentOnNodes' check of one node (see there).
+func agentOnNode(t *testing.T, an agentNode) {
+	n, laneNS, subnet, kind := an.Node, an.LaneNS, an.Subnet, an.Kind
+	snapNS := []string{n.Netns}
+	if laneNS != n.Netns {
+		snapNS = append(snapNS, laneNS)
+	}
+	snapshot := func() string {
+		s := ""
+		for _, ns := range snapNS {
+			s += testbedtest.NetnsSnapshot(t, ns)
+		}
+		return s
+	}
+	before := snapshot()
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	// skip_netfilter: bridge netfilter may be on on this
+	// machine (Flannel's cni0, Docker's br0); trust_outer_csum:
+	// the veth wire does not verify outer checksums as a NIC
+	// does (as the testbed's agent tests configure).
+	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
 socket: %s/sock/agent.sock
 lanes:
   - netns: %s
@@ -128,158 +148,136 @@ lanes:
         proto: udp
         port: 7000
 `, dir, dir, laneNS, subnet))
-			cfg, err := LoadConfig(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
-			})
-
-			a, stop := startAgent(t, Options{ConfigFile: file})
-			if !a.Ready() {
-				t.Fatalf("agent not ready: %+v", a.Status())
-			}
-			st, err := lanes.OpenStore(cfg.LanesDir(), laneNS)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids := laneProgIDs(t, st)
-
-			pod := n.Pods[0]
-			dst := netip.AddrPortFrom(pod.Addrs[0], 7000)
-			hi := podUDP(t, pod, 7000)
-			podUDP(t, pod, 7001) // the flood's socket (no port unreachable back)
-			hi.SetReadBuffer(4 << 20)
-			tx, flood := remoteUDP(t, n), remoteUDP(t, n)
-			// The node learns the pod's MAC from traffic (as with the
-			// real CNIs): resolved before the sequenced flow.
-			roundTrip(t, tx, hi, dst, 1)
-			base, ok := rulePackets(t, st, 7000)
-			if !ok || base == 0 {
-				t.Fatalf("the lane's rule counted %d (stored: %v) of the datagram sent", base, ok)
-			}
-
-			done := receiveSeq(hi)
-			// The low-priority flood: 5 datagrams every 200 µs (about
-			// 25 kpps, what a veth wire's backlog drains on this
-			// machine) until the high flow ends, at most 20 s. Nobody
-			// reads them: the pod's socket drops what overflows.
-			stopFlood := make(chan struct{})
-			flooded := make(chan int, 1)
-			go func() {
-				tick := time.NewTicker(200 * time.Microsecond)
-				defer tick.Stop()
-				end := time.After(20 * time.Second)
-				to := netip.AddrPortFrom(pod.Addrs[0], 7001)
-				payload := make([]byte, 64)
-				k := 0
-				for {
-					select {
-					case <-stopFlood:
-						flooded <- k
-						return
-					case <-end:
-						flooded <- k
-						return
-					case <-tick.C:
-					}
-					for range 5 {
-						if _, err := flood.WriteToUDPAddrPort(payload, to); err == nil {
-							k++
-						}
-					}
-				}
-			}()
-			// The high-priority flow: one datagram every 500 µs while
-			// the agent stops and a new one starts, then 200 more.
-			restarted := make(chan struct{})
-			sent := make(chan int, 1)
-			go func() {
-				tick := time.NewTicker(500 * time.Microsecond)
-				defer tick.Stop()
-				i := 0
-				for extra := -1; extra != 0; i++ {
-					select {
-					case <-restarted:
-						if extra < 0 {
-							extra = 200
-						}
-					default:
-					}
-					if extra > 0 {
-						extra--
-					}
-					<-tick.C
-					tx.WriteToUDPAddrPort([]byte(fmt.Sprint(i)), dst)
-				}
-				sent <- i
-			}()
-			time.Sleep(100 * time.Millisecond) // traffic before the stop (not a synchronisation)
-			if err := stop(); err != nil {
-				t.Fatalf("agent run: %v", err)
-			}
-			a, stop = startAgent(t, Options{ConfigFile: file})
-			close(restarted)
-			nSent := <-sent
-			close(stopFlood)
-			nFlood := <-flooded
-			r := <-done
-			if r.got != nSent || r.reordered != 0 {
-				t.Fatalf("sent %d across an agent restart (with %d low-priority datagrams): received %d, %d out of order", nSent, nFlood, r.got, r.reordered)
-			}
-			if c, _ := rulePackets(t, st, 7000); c-base != uint64(nSent) {
-				t.Fatalf("the lane's rule counted %d of the %d datagrams sent across the restart", c-base, nSent)
-			}
-			if got := laneProgIDs(t, st); fmt.Sprint(got) != fmt.Sprint(ids) {
-				t.Fatalf("programs reattached by an agent restart: %v before, %v after", ids, got)
-			}
-			t.Logf("%s: %d datagrams across an agent restart with %d low-priority ones: all received in order, all through the lane (program %v)", kind, nSent, nFlood, ids)
-			if !a.Ready() {
-				t.Fatalf("second agent not ready: %+v", a.Status())
-			}
-
-			// A container added while the agent runs: the lane's watch
-			// finds it, and the rule (unchanged) serves it.
-			added, err := n.AddPod()
-			if err != nil {
-				t.Fatal(err)
-			}
-			arx := podUDP(t, added, 7000)
-			adst := netip.AddrPortFrom(added.Addrs[0], 7000)
-			// Until the watch has synced the first datagrams take the
-			// normal path (still delivered): poll for one the lane
-			// counted.
-			waitFor(t, "the lane to serve the added container", func() bool {
-				c0, _ := rulePackets(t, st, 7000)
-				roundTrip(t, tx, arx, adst, 1)
-				c1, _ := rulePackets(t, st, 7000)
-				return c1 > c0
-			})
-			const addedN = 100
-			c0, _ := rulePackets(t, st, 7000)
-			roundTrip(t, tx, arx, adst, addedN)
-			if c, _ := rulePackets(t, st, 7000); c-c0 != addedN {
-				t.Fatalf("the lane's rule counted %d of the %d datagrams to the added container", c-c0, addedN)
-			}
-
-			// Cleanup: the agent stopped (fail open, the lane stays),
-			// the added container gone, the namespaces as before.
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			if err := n.DelPod(added.Name); err != nil {
-				t.Fatal(err)
-			}
-			if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-				t.Fatal(err)
-			}
-			if after := snapshot(); after != before {
-				t.Errorf("cleanup did not restore the %s node:\nbefore:\n%s\nafter:\n%s", kind, before, after)
-			}
-			roundTrip(t, tx, hi, dst, 10) // the normal path still delivers
-		})
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+
+	a, stop := startAgent(t, Options{ConfigFile: file})
+	if !a.Ready() {
+		t.Fatalf("agent not ready: %+v", a.Status())
+	}
+	st, err := lanes.OpenStore(cfg.LanesDir(), laneNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := laneProgIDs(t, st)
+
+	pod := n.Pods[0]
+	dst := netip.AddrPortFrom(pod.Addrs[0], 7000)
+	hi := podUDP(t, pod, 7000)
+	podUDP(t, pod, 7001) // the flood's socket (no port unreachable back)
+	hi.SetReadBuffer(4 << 20)
+	tx, flood := remoteUDP(t, n), remoteUDP(t, n)
+	// The node learns the pod's MAC from traffic (as with the
+	// real CNIs): resolved before the sequenced flow.
+	roundTrip(t, tx, hi, dst, 1)
+	base, ok := rulePackets(t, st, 7000)
+	if !ok || base == 0 {
+		t.Fatalf("the lane's rule counted %d (stored: %v) of the datagram sent", base, ok)
+	}
+
+	done := receiveSeq(hi)
+	// The low-priority flood: 5 datagrams every 200 µs (about
+	// 25 kpps, what a veth wire's backlog drains on this
+	// machine) until the high flow ends, at most 20 s. Nobody
+	// reads them: the pod's socket drops what overflows.
+	stopFlood := make(chan struct{})
+	flooded := make(chan int, 1)
+	go func() {
+		tick := time.NewTicker(200 * time.Microsecond)
+		defer tick.Stop()
+		end := time.After(20 * time.Second)
+		to := netip.AddrPortFrom(pod.Addrs[0], 7001)
+		payload := make([]byte, 64)
+		k := 0
+		for {
+			select {
+			case <-stopFlood:
+				flooded <- k
+				return
+			case <-end:
+				flooded <- k
+				return
+			case <-tick.C:
+			}
+			for range 5 {
+				if _, err := flood.WriteToUDPAddrPort(payload, to); err == nil {
+					k++
+				}
+			}
+		}
+	}()
+	// The high-priority flow: one datagram every 500 µs while
+	// the agent stops and a new one starts, then 200 more.
+	restarted := make(chan struct{})
+	sent := sendSeq(restarted, func(b []byte) { tx.WriteToUDPAddrPort(b, dst) })
+	time.Sleep(100 * time.Millisecond) // traffic before the stop (not a synchronisation)
+	if err := stop(); err != nil {
+		t.Fatalf("agent run: %v", err)
+	}
+	a, stop = startAgent(t, Options{ConfigFile: file})
+	close(restarted)
+	nSent := <-sent
+	close(stopFlood)
+	nFlood := <-flooded
+	r := <-done
+	if r.got != nSent || r.reordered != 0 {
+		t.Fatalf("sent %d across an agent restart (with %d low-priority datagrams): received %d, %d out of order", nSent, nFlood, r.got, r.reordered)
+	}
+	if c, _ := rulePackets(t, st, 7000); c-base != uint64(nSent) {
+		t.Fatalf("the lane's rule counted %d of the %d datagrams sent across the restart", c-base, nSent)
+	}
+	if got := laneProgIDs(t, st); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("programs reattached by an agent restart: %v before, %v after", ids, got)
+	}
+	t.Logf("%s: %d datagrams across an agent restart with %d low-priority ones: all received in order, all through the lane (program %v)", kind, nSent, nFlood, ids)
+	if !a.Ready() {
+		t.Fatalf("second agent not ready: %+v", a.Status())
+	}
+
+	// A container added while the agent runs: the lane's watch
+	// finds it, and the rule (unchanged) serves it.
+	added, err := an.AddPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	arx := podUDP(t, added, 7000)
+	adst := netip.AddrPortFrom(added.Addrs[0], 7000)
+	// Until the watch has synced the first datagrams take the
+	// normal path (still delivered): poll for one the lane
+	// counted.
+	waitFor(t, "the lane to serve the added container", func() bool {
+		c0, _ := rulePackets(t, st, 7000)
+		roundTrip(t, tx, arx, adst, 1)
+		c1, _ := rulePackets(t, st, 7000)
+		return c1 > c0
+	})
+	const addedN = 100
+	c0, _ := rulePackets(t, st, 7000)
+	roundTrip(t, tx, arx, adst, addedN)
+	if c, _ := rulePackets(t, st, 7000); c-c0 != addedN {
+		t.Fatalf("the lane's rule counted %d of the %d datagrams to the added container", c-c0, addedN)
+	}
+
+	// Cleanup: the agent stopped (fail open, the lane stays),
+	// the added container gone, the namespaces as before.
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := an.DelPod(added.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("cleanup did not restore the %s node:\nbefore:\n%s\nafter:\n%s", kind, before, after)
+	}
+	roundTrip(t, tx, hi, dst, 10) // the normal path still delivers
 }

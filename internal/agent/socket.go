@@ -32,7 +32,29 @@ const (
 	// request for one workload (the CNI plugin's ADD and DEL).
 	OpWorkloadSet = "workload.set"
 	OpWorkloadDel = "workload.del"
+	// OpManages asks whether the agent owns a namespace's lane or
+	// steering (Request.What "lanes" or "steering"), or the node's
+	// isolation ("isolation"): the CLI then refuses to enable, disable
+	// or apply them behind the agent's back (one writer).
+	OpManages = "manages"
 )
+
+// What an OpManages request asks about.
+const (
+	WhatLanes     = "lanes"
+	WhatSteering  = "steering"
+	WhatIsolation = "isolation"
+)
+
+// Manages answers OpManages.
+type Manages struct {
+	Managed bool `json:"managed"`
+	// Entry is the config entry that owns it (e.g. "steering[0]"), on
+	// Line of Config.
+	Entry  string `json:"entry,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Config string `json:"config,omitempty"`
+}
 
 // Error codes of a Response.
 const (
@@ -60,6 +82,8 @@ type Request struct {
 	NetnsID string    `json:"netns_id,omitempty"`
 	Rule    *RuleSpec `json:"rule,omitempty"`
 	ID      int       `json:"id,omitempty"`
+	// What is the subject of OpManages.
+	What string `json:"what,omitempty"`
 	// Workload is the workload of OpWorkloadSet (of OpWorkloadDel only
 	// Source and ID count).
 	Workload *workload.Workload `json:"workload,omitempty"`
@@ -302,6 +326,8 @@ func (a *Agent) handle(req Request) Response {
 		result, err = a.syncLane(req)
 	case OpReload:
 		err = a.Reload()
+	case OpManages:
+		result, err = a.manages(req)
 	case OpWorkloadSet, OpWorkloadDel:
 		if req.Workload == nil {
 			err = &RemoteError{Code: CodeInvalid, Msg: req.Op + ": no workload"}
@@ -312,7 +338,7 @@ func (a *Agent) handle(req Request) Response {
 		}
 	default:
 		err = &RemoteError{Code: CodeInvalid, Msg: fmt.Sprintf("unknown op %q (want %s)", req.Op,
-			strings.Join([]string{OpStatus, OpLanesAdd, OpLanesDel, OpSync, OpReload, OpWorkloadSet, OpWorkloadDel}, ", "))}
+			strings.Join([]string{OpStatus, OpLanesAdd, OpLanesDel, OpSync, OpReload, OpWorkloadSet, OpWorkloadDel, OpManages}, ", "))}
 	}
 	if err != nil {
 		var re *RemoteError
@@ -414,6 +440,34 @@ func (a *Agent) delRule(req Request) (policy.Rule, error) {
 	}
 	a.log.Info("runtime rule deleted", "netns", lr.cfg.Netns, "rule", r.String(), "id", r.ID)
 	return r, nil
+}
+
+// manages says which config entry, if any, owns what the request names.
+func (a *Agent) manages(req Request) (Manages, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := Manages{Config: a.opts.ConfigFile}
+	switch req.What {
+	case WhatLanes:
+		for i, l := range a.cfg.Lanes {
+			if l.NS.ID() == req.NetnsID {
+				m.Managed, m.Entry, m.Line = true, fmt.Sprintf("lanes[%d]", i), l.Line
+			}
+		}
+	case WhatSteering:
+		for i, c := range a.cfg.Steering {
+			if c.NS.ID() == req.NetnsID {
+				m.Managed, m.Entry, m.Line = true, fmt.Sprintf("steering[%d]", i), c.Line
+			}
+		}
+	case WhatIsolation:
+		if p := a.cfg.Isolation; p != nil {
+			m.Managed, m.Entry, m.Line = true, "isolation", p.Line
+		}
+	default:
+		return m, &RemoteError{Code: CodeInvalid, Msg: fmt.Sprintf("manages: what %q: want %s, %s or %s", req.What, WhatLanes, WhatSteering, WhatIsolation)}
+	}
+	return m, nil
 }
 
 func (a *Agent) syncLane(req Request) (any, error) {

@@ -225,6 +225,43 @@ type Entry struct {
 	State string `json:"state"` // applied, drift, gone
 }
 
+// AppliedMatches reports whether the applied (committed) journal is p's
+// apply: it changed only objects p changes, to the values p sets, and
+// every other change of p is a no-op here. An agent that finds its
+// config's plan applied by an earlier agent adopts it then; a journal of
+// another plan (the config changed while no agent ran) is not.
+func (s *System) AppliedMatches(p *Plan) (bool, error) {
+	j, err := s.ReadJournal()
+	if errors.Is(err, ErrNotApplied) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !j.Committed {
+		return false, nil
+	}
+	key := func(c Change) string { return string(c.Kind) + "\x00" + c.Object }
+	planned := map[string]Change{}
+	for _, c := range p.Changes {
+		planned[key(c)] = c
+	}
+	journaled := map[string]bool{}
+	for _, c := range j.Changes {
+		pc, ok := planned[key(c)]
+		if !ok || !sameValue(c.Kind, pc.New, c.New) {
+			return false, nil
+		}
+		journaled[key(c)] = true
+	}
+	for k, c := range planned {
+		if !journaled[k] && !c.Noop() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // State is what status reports.
 type State struct {
 	Applied   bool    `json:"applied"`

@@ -286,3 +286,35 @@ func TestRevertAfterCrashWhileCreatingJournal(t *testing.T) {
 	}
 	mustSame(t, "revert", before, snapshot(t, root))
 }
+
+// TestAppliedMatches: the journal of an applied plan matches a plan made
+// again from the same spec on the changed machine (what an agent's
+// restart finds), not one from another spec, and nothing matches when
+// nothing is applied.
+func TestAppliedMatches(t *testing.T) {
+	s, _ := fakeRoot(t)
+	p, err := s.Plan(fullSpec(NewCPUSet(6, 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.AppliedMatches(p); err != nil || ok {
+		t.Fatalf("before apply: %v, %v; want no match", ok, err)
+	}
+	if _, err := s.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Plan(fullSpec(NewCPUSet(6, 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.AppliedMatches(again); err != nil || !ok {
+		t.Fatalf("same spec after apply: %v, %v; want a match", ok, err)
+	}
+	other, err := s.Plan(fullSpec(NewCPUSet(7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.AppliedMatches(other); err != nil || ok {
+		t.Fatalf("another spec after apply: %v, %v; want no match", ok, err)
+	}
+}

@@ -59,6 +59,7 @@ type Exporter struct {
 
 	reconcileErrors   *prometheus.CounterVec
 	reconcileDuration *prometheus.HistogramVec
+	syncs             *prometheus.CounterVec
 	scrapeErrors      *prometheus.CounterVec
 	buildInfo         prometheus.Gauge
 }
@@ -79,6 +80,10 @@ func New(src Sources) *Exporter {
 			// that loads programs tens to hundreds.
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 13),
 		}, []string{"netns"}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rxlane_lane_syncs_total",
+			Help: "Endpoint syncs of a lane by its watch (containers that came or went, the safety resync), by result (ok, error).",
+		}, []string{"netns", "result"}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rxlane_scrape_errors_total",
 			Help: "Sources a scrape could not read (source lanes, steer or isolate); the rest of the scrape went on.",
@@ -91,7 +96,7 @@ func New(src Sources) *Exporter {
 	}
 	e.buildInfo.Set(1)
 	// scrapeErrors is collected by e itself, after the sources it counts.
-	e.reg.MustRegister(e, e.reconcileErrors, e.reconcileDuration, e.buildInfo,
+	e.reg.MustRegister(e, e.reconcileErrors, e.reconcileDuration, e.syncs, e.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return e
 }
@@ -113,6 +118,16 @@ func (e *Exporter) ObserveReconcile(netns string, d time.Duration, err error) {
 	}
 }
 
+// ObserveSync records one sync of namespace netns's lane by its watch.
+func (e *Exporter) ObserveSync(netns string, err error) {
+	ok, bad := e.syncs.WithLabelValues(netns, "ok"), e.syncs.WithLabelValues(netns, "error")
+	if err != nil {
+		bad.Inc()
+	} else {
+		ok.Inc()
+	}
+}
+
 // Forget drops the agent's own series of a namespace it no longer
 // manages (its reconcile and scrape-error series), so a namespace removed
 // from the configuration leaves no series behind. The datapath's series
@@ -120,6 +135,7 @@ func (e *Exporter) ObserveReconcile(netns string, d time.Duration, err error) {
 func (e *Exporter) Forget(netns string) {
 	e.reconcileErrors.DeleteLabelValues(netns)
 	e.reconcileDuration.DeleteLabelValues(netns)
+	e.syncs.DeletePartialMatch(prometheus.Labels{"netns": netns})
 	e.scrapeErrors.DeletePartialMatch(prometheus.Labels{"netns": netns})
 }
 

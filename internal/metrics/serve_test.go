@@ -39,7 +39,15 @@ func TestServeEndpoints(t *testing.T) {
 	exp.ObserveReconcile("nsA", 3*time.Millisecond, nil)
 	exp.ObserveReconcile("nsA", 2*time.Second, errors.New("boom"))
 	exp.ObserveReconcile("nsB", time.Millisecond, nil)
+	exp.ObserveSync("nsA", nil)
+	exp.ObserveSync("nsA", nil)
+	exp.ObserveSync("nsA", errors.New("gone"))
 	s := scrapeMetrics(t, base)
+	for result, want := range map[string]float64{"ok": 2, "error": 1} {
+		if v := s.must(t, "rxlane_lane_syncs_total", map[string]string{"netns": "nsA", "result": result}); v != want {
+			t.Errorf("nsA syncs %s: %v, want %v", result, v, want)
+		}
+	}
 	if v := s.must(t, "rxlane_build_info", map[string]string{"goversion": runtime.Version(), "version": Version()}); v != 1 {
 		t.Errorf("build info %v, want 1", v)
 	}
@@ -66,6 +74,9 @@ func TestServeEndpoints(t *testing.T) {
 	s = scrapeMetrics(t, base)
 	if _, ok := s.value(t, "rxlane_reconcile_errors_total", map[string]string{"netns": "nsA"}); ok {
 		t.Error("nsA's reconcile errors still reported after Forget")
+	}
+	if _, ok := s.value(t, "rxlane_lane_syncs_total", map[string]string{"netns": "nsA", "result": "ok"}); ok {
+		t.Error("nsA's syncs still reported after Forget")
 	}
 	if _, ok := s.value(t, "rxlane_reconcile_errors_total", map[string]string{"netns": "nsB"}); !ok {
 		t.Error("Forget(nsA) dropped nsB's series")

@@ -178,8 +178,11 @@ func TestLoopSwitchesThroughJournal(t *testing.T) {
 	if len(steps) < 2 || steps[0] != "on" || steps[1] != "placed" {
 		t.Fatalf("a follower after one stopped while steered placed %v first: want it resumed steered (on, placed)", steps)
 	}
-	if s, err := ReadStatus(state); err != nil || !s.On || s.Loop == nil || s.Loop.Placement != "steered" {
-		t.Fatalf("after the resumed follower: %+v, %v; want steered and on", s.Loop, err)
+	// Placement only: On is also FALCON's load tracking's, off while
+	// the set's average load is above its threshold (seen in CI with
+	// both CPUs busy in other tests' tasks).
+	if s, err := ReadStatus(state); err != nil || s.Loop == nil || s.Loop.Placement != "steered" {
+		t.Fatalf("after the resumed follower: %+v, %v; want steered", s.Loop, err)
 	}
 }
 
