@@ -102,8 +102,13 @@ func request(args *skel.CmdArgs) (*NetConf, LaneRequest, string, workload.Worklo
 		ID:     WorkloadID(args.ContainerID, args.IfName),
 		Lane:   req.Lane, Ports: req.Ports, Proto: req.Proto,
 	}
-	if a.PodNamespace != "" && a.PodName != "" {
+	// Kubernetes runtimes pass the pod's namespace and name; podman
+	// passes the container's name as K8S_POD_NAME alone.
+	switch {
+	case a.PodNamespace != "" && a.PodName != "":
 		w.Name = a.PodNamespace + "/" + a.PodName
+	case a.PodName != "":
+		w.Name = a.PodName
 	}
 	w.IPs, _, _ = ContainerAddrs(conf.Result, args.IfName)
 	return conf, req, from, w, nil
