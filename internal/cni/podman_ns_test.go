@@ -81,6 +81,22 @@ events_logger = "file"
 		}
 	}
 	p.env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(d, "containers.conf"))
+	// podman keeps two things outside its --root whatever it is told:
+	// the image blob cache and libcni's result cache (whose entries
+	// its DEL removes). Made by this test, they go with it (only
+	// what is empty once ours is gone: another user's stays).
+	for _, c := range [][]string{
+		{"/var/lib/containers/cache/blob-info-cache-v1.boltdb", "/var/lib/containers/cache", "/var/lib/containers"},
+		{"/var/lib/cni/results", "/var/lib/cni"},
+	} {
+		if _, err := os.Stat(c[len(c)-1]); os.IsNotExist(err) {
+			t.Cleanup(func() {
+				for _, path := range c {
+					os.Remove(path)
+				}
+			})
+		}
+	}
 	t.Cleanup(p.cleanup)
 	// The image: a busybox-static root filesystem, imported (nothing
 	// pulled).
