@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -11,7 +12,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/rxlane/rxlane/internal/workload"
@@ -287,4 +290,39 @@ func sameWorkload(a, b workload.Workload) bool {
 	ab, _ := json.Marshal(a)
 	bb, _ := json.Marshal(b)
 	return bytes.Equal(ab, bb)
+}
+
+// TestHungAgent: an agent that accepts the connection and never answers
+// holds ADD for the plugin's timeout only; the container starts and a
+// pending record is left, as with no agent.
+func TestHungAgent(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	var out, errOut bytes.Buffer
+	p := &Plugin{Stdout: &out, Stderr: &errOut, Timeout: 200 * time.Millisecond}
+	stdin := conf(t, `,"socket":"`+sock+`","stateDir":"`+dir+`","prevResult":`+prev+`,"runtimeConfig":{"rxlane":{"lane":"high"}}`)
+	if err := p.Add(&skel.CmdArgs{ContainerID: "c1", IfName: "eth0", StdinData: stdin}); err != nil {
+		t.Fatalf("ADD with a hung agent: %v", err)
+	}
+	if !sameJSON(t, out.String(), prev) || !strings.Contains(errOut.String(), "did not answer within 200ms") {
+		t.Fatalf("ADD with a hung agent: stdout %s, stderr %q", out.String(), errOut.String())
+	}
+	recs, errs := workload.TakePending(filepath.Join(dir, "agent", "pending"))
+	if len(errs) != 0 || len(recs) != 1 || recs[0].Op != workload.OpSet || recs[0].Workload.ID != "c1/eth0" {
+		t.Fatalf("pending records %+v %v, want the set of c1/eth0", recs, errs)
+	}
 }
