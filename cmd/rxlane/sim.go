@@ -24,7 +24,7 @@ application threads) as a discrete-event simulation, with every mechanism of
 the seeds: vanilla two-list NAPI, PRISM-batch/sync, seed-002 Rx ring
 scheduling (sq, rr, wfq, prio), RPS, FALCON and ANP. See docs/sim.md.`,
 	}
-	cmd.AddCommand(newSimRunCmd(), newSimSweepCmd(), newSimFiguresCmd(), newSimCalibrateCmd())
+	cmd.AddCommand(newSimRunCmd(), newSimSweepCmd(), newSimFiguresCmd(), newSimCalibrateCmd(), newSimTwinCmd())
 	return cmd
 }
 

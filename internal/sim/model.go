@@ -671,9 +671,13 @@ func (m *Model) startFlow(f *flow) {
 			}
 			f.sent++
 			m.nicRx(m.newPacket(f))
+			for i := 1; i < a.Batch && (a.Count == 0 || f.sent < a.Count); i++ {
+				f.sent++
+				m.nicRx(m.newPacket(f))
+			}
 			var d float64
 			if a.Type == "const" {
-				d = gap
+				d = gap * float64(max(a.Batch, 1))
 			} else {
 				d = m.rng.ExpFloat64() * gap
 			}
@@ -1050,7 +1054,7 @@ func (c *cpu) advance(p *packet) bool {
 		return false
 	}
 	st := f.path[p.stage]
-	inline := m.pol.inline(p)
+	inline := m.pol.inline(p) || f.spec.Inline
 	if st.kind == kindSplit && !m.steer.steersSplit() {
 		inline = true
 	}

@@ -198,6 +198,10 @@ type Arrival struct {
 	RTTUs   float64 `yaml:"rtt_us" json:"rtt_us,omitempty"`
 	Count   int     `yaml:"count" json:"count,omitempty"`
 	StartUs float64 `yaml:"start_us" json:"start_us,omitempty"`
+	// Batch sends const arrivals in groups of Batch back-to-back packets
+	// every Batch/rate_pps (a generator that sends with sendmmsg, like
+	// the bench's injector: 16); 0 or 1: one at a time.
+	Batch int `yaml:"batch" json:"batch,omitempty"`
 }
 
 // FlowSpec is one flow.
@@ -211,6 +215,11 @@ type FlowSpec struct {
 	Arrival   Arrival  `yaml:"arrival" json:"arrival"`
 	SpreadNIC bool     `yaml:"spread_nics" json:"spread_nics,omitempty"`
 	Copies    int      `yaml:"copies" json:"copies,omitempty"`
+	// Inline runs every stage after the first inline in the first
+	// stage's poll, whatever the policy (a priority lane's sync path on a
+	// stock kernel: tc at the wire hands the packet to the socket in the
+	// same call; the poll order is the vanilla kernel's).
+	Inline bool `yaml:"inline" json:"inline,omitempty"`
 }
 
 // TraceSpec turns on the poll-order trace.
@@ -763,6 +772,9 @@ func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 // flow) and fills the closed loop's window of 1.
 func checkArrival(f string, x *FlowSpec) error {
 	a := &x.Arrival
+	if a.Batch < 0 || (a.Batch > 1 && a.Type != "const") {
+		return fmt.Errorf("%s.arrival.batch: must be >= 0, and only const arrivals come in batches", f)
+	}
 	switch a.Type {
 	case "const", "poisson", "onoff":
 		if a.RatePps <= 0 {
