@@ -131,6 +131,10 @@ type thread struct {
 	cur   *packet
 	cost  int64
 	drops int64
+	// jobs: pending chunks of a load app (AppSpec.PeriodUs); curJob: one
+	// is running
+	jobs   int
+	curJob bool
 }
 
 type app struct {
@@ -233,6 +237,8 @@ type Model struct {
 	steer steering
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
+	// wakeNs: what an idle CPU pays to start running (Kernel.WakeNs)
+	wakeNs int64
 	remoteNs                                                   int64
 	txNs, coalesceNs                                           int64
 	warm, end                                                  int64
@@ -298,6 +304,7 @@ func (m *Model) setTimes() {
 	m.isrNs, m.ipiNs, m.pollNs = ns(k.ISRNs), ns(k.IPINs), ns(k.PollNs)
 	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
 	m.remoteNs = ns(k.RemoteStageNs)
+	m.wakeNs = ns(k.WakeNs)
 	m.txNs = ns(sc.NIC.TxNs)
 	m.coalesceNs = ns(sc.NIC.CoalesceUs * 1000)
 	m.restartLimit = k.RestartLimit
@@ -472,6 +479,17 @@ func (m *Model) buildApps(appCPUs []int) {
 			}
 			th := &thread{app: a, cpu: m.cpus[ci]}
 			a.threads = append(a.threads, th)
+			if p := ns(sp.PeriodUs * 1000); p > 0 {
+				var tick func()
+				tick = func() {
+					th.jobs++
+					th.cpu.kick()
+					m.sim.Schedule(p, tick)
+				}
+				// the first job at a phase of its own, so that loads do
+				// not all start at 0
+				m.sim.At(int64(m.rng.Float64()*float64(p)), tick)
+			}
 			m.cpus[ci].threads = append(m.cpus[ci].threads, th)
 		}
 		m.apps[sp.Name] = a
@@ -831,6 +849,11 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 	if ipi {
 		cost = c.m.ipiNs
 	}
+	if c.idle() {
+		// leaving idle: the wake-up (halt exit, scheduling the woken
+		// context) before the interrupt's work
+		cost += c.m.wakeNs
+	}
 	c.start(lvlIRQ, cost, kIRQ)
 }
 
@@ -894,6 +917,15 @@ func (c *cpu) pickThread() {
 			continue
 		}
 		t := c.threads[j]
+		if t.jobs > 0 {
+			c.rr = (j + 1) % (n + 1)
+			c.curThread = t
+			t.jobs--
+			t.curJob = true
+			t.cost = c.m.sample(t.app.spec.Cost, 0, 1)
+			c.start(lvlThread, t.cost, kApp)
+			return
+		}
 		if t.q.n > 0 {
 			c.rr = (j + 1) % (n + 1)
 			c.curThread = t
@@ -911,6 +943,11 @@ func (c *cpu) pickThread() {
 
 func (c *cpu) threadDone() {
 	t := c.curThread
+	if t.curJob {
+		t.curJob = false
+		c.next()
+		return
+	}
 	p := t.cur
 	t.cur = nil
 	p.svc += t.cost

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"bytes"
 	"errors"
 	"fmt"
@@ -63,6 +64,11 @@ type Kernel struct {
 	// packet's previous stage ran on another CPU (the skb and its data are
 	// cold in this CPU's cache): the locality cost of moving a stage.
 	RemoteStageNs    float64 `yaml:"remote_stage_ns" json:"remote_stage_ns,omitempty"`
+	// WakeNs is CPU time an idle CPU pays when an interrupt or IPI wakes
+	// it (leaving the idle state, switching to the woken context): paid
+	// once per idle-to-busy transition, so it costs less per packet the
+	// busier the CPU is. 0 by default.
+	WakeNs float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
 	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
 }
 
@@ -186,6 +192,11 @@ type AppSpec struct {
 	Threads     int    `yaml:"threads" json:"threads,omitempty"`
 	Cost        Cost   `yaml:"cost" json:"cost"`
 	SocketLimit int    `yaml:"socket_limit" json:"socket_limit"`
+	// PeriodUs makes the app a CPU load with no flow: every PeriodUs each
+	// thread gets one job of Cost, run as one chunk that other threads do
+	// not preempt (a generator's sendmmsg of a batch of packets on a
+	// PREEMPT_NONE kernel); softirqs and IRQs still do. 0: a receiver.
+	PeriodUs float64 `yaml:"period_us" json:"period_us,omitempty"`
 }
 
 // Arrival is a flow's packet arrival process.
@@ -436,7 +447,7 @@ func (s *Scenario) normalizeKernel() error {
 	if k.Budget < 1 || k.Weight < 1 || k.MaxBacklog < 1 || k.RestartLimit < 1 || k.BudgetUsecs < 0 {
 		return fmt.Errorf("kernel: netdev_budget, weight, netdev_max_backlog, softirq_restart must be >= 1")
 	}
-	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs} {
+	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs, "wake_ns": k.WakeNs} {
 		if v < 0 {
 			return fmt.Errorf("kernel.%s: must be >= 0", name)
 		}
@@ -703,6 +714,9 @@ func (s *Scenario) normalizeApps() (apps map[string]bool, err error) {
 		}
 		if a.SocketLimit == 0 {
 			a.SocketLimit = 1 << 20
+		}
+		if a.PeriodUs < 0 || math.IsNaN(a.PeriodUs) {
+			return nil, fmt.Errorf("%s.period_us: must be >= 0", f)
 		}
 		if err := checkCost(f+".cost", &a.Cost); err != nil {
 			return nil, err

@@ -217,17 +217,21 @@ func CalibrateTrace(tr *traceReport) (TracedCosts, error) {
 	}
 	tc.GRO = fit(gro, groS, nil)
 	tc.Backlog = fit("backlog", blS, nil)
+	works := make([]int, 0, len(wireS))
+	for w, gs := range wireS {
+		if len(gs) >= 20 {
+			works = append(works, w)
+		}
+	}
+	sort.Ints(works)
 	var env []pt
 	var wts []float64
-	for w, gs := range wireS {
-		if len(gs) < 20 {
-			continue
-		}
+	for _, w := range works {
+		gs := wireS[w]
 		sort.Float64s(gs)
 		env = append(env, pt{float64(w), gs[len(gs)/10]})
 		wts = append(wts, float64(len(gs)))
 	}
-	sort.Slice(env, func(i, j int) bool { return env[i].w < env[j].w })
 	tc.Wire = fit(wire, env, wts)
 	if tc.Wire.Method != "none" {
 		tc.Wire.Method = "envelope-" + tc.Wire.Method

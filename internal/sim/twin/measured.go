@@ -90,6 +90,7 @@ func LoadMeasured(path string) (*Measured, error) {
 	var probe struct {
 		Format string            `json:"format"`
 		Cases  []json.RawMessage `json:"cases"`
+		Points []json.RawMessage `json:"points"`
 	}
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return nil, fmt.Errorf("%w: measured file %s is not JSON: %w", ErrInput, path, err)
@@ -107,9 +108,12 @@ func LoadMeasured(path string) (*Measured, error) {
 	if probe.Format != "" {
 		return nil, fmt.Errorf("%w: measured file %s: format %q is not %s", ErrInput, path, probe.Format, MeasuredFormat)
 	}
+	if len(probe.Points) > 0 && len(probe.Cases) == 0 {
+		return loadThroughputCompare(path, b)
+	}
 	var br benchReport
 	if err := json.Unmarshal(b, &br); err != nil || len(br.Cases) == 0 {
-		return nil, fmt.Errorf("%w: measured file %s is neither a twin measured file (format %q) nor a 'rxlane bench compare/latency --json' report with cases", ErrInput, path, MeasuredFormat)
+		return nil, fmt.Errorf("%w: measured file %s is neither a twin measured file (format %q) nor a 'rxlane bench compare/latency --json' report with cases, nor a 'bench throughput --compare' report with points", ErrInput, path, MeasuredFormat)
 	}
 	if br.Testbed.Layout != "" && br.Testbed.Layout != "nic" {
 		return nil, fmt.Errorf("%w: measured file %s: testbed layout %s; the twin models layout nic", ErrInput, path, br.Testbed.Layout)
@@ -227,37 +231,61 @@ func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error)
 		}
 	}
 	var (
-		van, idle MeasuredCase
-		src       *Measured
+		van MeasuredCase
+		src *Measured
 	)
 	for _, m := range calib {
 		if c, ok := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: rate, Flows: 1}); ok && rate > 0 {
 			van, src = c, m
-			idle, _ = m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 0, Flows: 1})
 			break
 		}
 	}
 	if src == nil {
 		return nil, fmt.Errorf("%w: the calibration files have no vanilla latency case under background load (%.0f pps): measure it with 'rxlane bench compare --modes vanilla --bg-rates RATE' next to the trace", ErrInput, rate)
 	}
-	if van.P50Us == nil || van.RxUsPerPkt == nil || van.DeliveredPPS == nil || van.AppBusyPct == nil || van.DeliveredPPS.Median <= 0 {
-		return nil, fmt.Errorf("%w: the calibration case (vanilla, %.0f pps) lacks p50, receive-CPU time per packet, delivered rate or the application CPU's busy time", ErrInput, rate)
+	if van.P50Us == nil || van.RxUsPerPkt == nil || van.DeliveredPPS == nil || van.DeliveredPPS.Median <= 0 {
+		return nil, fmt.Errorf("%w: the calibration case (vanilla, %.0f pps) lacks p50, receive-CPU time per packet or delivered rate", ErrInput, rate)
 	}
 	n := &Node{Traced: tc, RxCPU: src.RxCPU, AppCPU: src.AppCPU, RingSize: 256, Batch: tc.BatchMode, CalibRatePPS: rate, IPINs: 500}
 	if n.RxCPU == n.AppCPU {
 		return nil, fmt.Errorf("%w: the calibration run has the receive and application CPU both %d; the twin models the nic layout (two CPUs)", ErrInput, n.RxCPU)
 	}
 	n.CPUs = max(n.RxCPU, n.AppCPU) + 1
-	appBusy, appNote := van.AppBusyPct.Median, "no idle case in the file: all of its busy time"
-	if idle.AppBusyPct != nil {
-		appBusy -= idle.AppBusyPct.Median
-		appNote = fmt.Sprintf("busy %.1f%% minus %.1f%% idle", van.AppBusyPct.Median, idle.AppBusyPct.Median)
+	// the application CPU's time per background packet: its busy time
+	// under load minus idle, in the first file that has both for vanilla
+	// (the calibration case's file first)
+	appNote := ""
+	for _, m := range append([]*Measured{src}, calib...) {
+		idle, ok := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1})
+		if !ok || idle.AppBusyPct == nil {
+			continue
+		}
+		for _, c := range m.Cases {
+			if c.Bench == BenchLatency && c.Mode == ModeVanilla && c.RatePPS > 0 && c.AppBusyPct != nil && c.DeliveredPPS != nil && c.DeliveredPPS.Median > 0 {
+				n.AppNsPerPkt = round1(math.Max(0, c.AppBusyPct.Median-idle.AppBusyPct.Median) / 100 / c.DeliveredPPS.Median * 1e9)
+				appNote = fmt.Sprintf("busy %.1f%% at %.0f kpps minus %.1f%% idle (%s)", c.AppBusyPct.Median, c.DeliveredPPS.Median/1e3, idle.AppBusyPct.Median, m.Source)
+				break
+			}
+		}
+		if appNote != "" {
+			break
+		}
 	}
-	n.AppNsPerPkt = round1(math.Max(0, appBusy) / 100 / van.DeliveredPPS.Median * 1e9)
-	// tracer correction: fixed-point steps on the receive CPU's time per
-	// packet (nearly proportional to the scale)
+	if appNote == "" {
+		return nil, fmt.Errorf("%w: no calibration file has the application CPU's busy time of vanilla idle and under load (a 'bench compare' JSON with per-repetition CPUs has)", ErrInput)
+	}
+	// the receive CPU's wake-up cost, from its busy time per request at
+	// idle in the calibration case's file (0 if it has no idle case)
+	wakeNote := "no idle case with the receive CPU's busy time: wake-up cost 0"
+	idleRx := 0.0
+	if idle, ok := src.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1}); ok && idle.RxBusyPct != nil {
+		idleRx = idle.RxBusyPct.Median / 100 / probeRate * 1e9
+	}
+	// tracer correction and wake-up cost: fixed-point steps on the
+	// receive CPU's time per packet (nearly proportional to the scale)
+	// and per idle request (wake-up plus the request's own path)
 	s := 1.0
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 4; i++ {
 		_, us, err := n.rawLatency(rate, s)
 		if err != nil {
 			return nil, err
@@ -266,6 +294,11 @@ func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error)
 			return nil, fmt.Errorf("%w: the model delivers nothing at the calibration rate %.0f pps", ErrInput, rate)
 		}
 		s *= van.RxUsPerPkt.Median / us
+		if idleRx > 0 {
+			path := s * (tc.Wire.PerPacketNs + tc.GRO.PerPacketNs + tc.Backlog.PerPacketNs + tc.Wire.PollNs + tc.GRO.PollNs + tc.Backlog.PollNs)
+			n.WakeNs = round1(math.Max(0, idleRx-path))
+			wakeNote = fmt.Sprintf("wake-up %.0f ns: receive CPU busy %.0f ns per request at idle minus the request's path %.0f ns", n.WakeNs, idleRx, path)
+		}
 	}
 	n.Scale = math.Round(s*1000) / 1000
 	p50, _, err := n.rawLatency(rate, n.Scale)
@@ -277,7 +310,8 @@ func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error)
 		fmt.Sprintf("stage costs: trace %s (%s on CPU %d: wire %s, gro %s, backlog %s)", tracePath, tc.Wire.Device, tc.Wire.CPU, tc.Wire.Method, tc.GRO.Method, tc.Backlog.Method),
 		fmt.Sprintf("scale %.3f: untraced receive CPU %.2f us per packet at %.0f kpps (%s)", n.Scale, van.RxUsPerPkt.Median, rate/1e3, src.Source),
 		fmt.Sprintf("base RTT %.1f us: measured p50 %.1f us minus the model's receive latency %.1f us at %.0f kpps", n.BaseRTTUs, van.P50Us.Median, p50, rate/1e3),
-		fmt.Sprintf("application CPU %d: %.0f ns per background packet (%s, at %.0f kpps)", n.AppCPU, n.AppNsPerPkt, appNote, van.DeliveredPPS.Median/1e3),
+		fmt.Sprintf("application CPU %d: %.0f ns per background packet: %s", n.AppCPU, n.AppNsPerPkt, appNote),
+		wakeNote,
 		"IPI 500 ns: not measured (falcon-vm.yaml's assumption)")
 	for _, lm := range []struct {
 		mode string
@@ -320,4 +354,44 @@ func Merge(ms ...*Measured) *Measured {
 	}
 	out.Source = strings.Join(src, " + ")
 	return out
+}
+
+// throughputCompare is the part of `rxlane bench throughput --compare
+// --json` the twin reads (experiments.ThroughputCompareReport).
+type throughputCompare struct {
+	Testbed struct {
+		Layout string `json:"layout"`
+		RxCPU  int    `json:"rx_cpu"`
+		AppCPU int    `json:"app_cpu"`
+	} `json:"testbed"`
+	Reps   int `json:"reps"`
+	Points []struct {
+		Variant      string  `json:"variant"`
+		Flows        int     `json:"flows"`
+		OfferedPPS   float64 `json:"offered_pps"`
+		DeliveredPPS *Spread `json:"delivered_pps"`
+	} `json:"points"`
+}
+
+// steerVariants maps bench throughput --compare's variants to the twin's
+// modes (the others, cpumap and the --local ones, are not modelled).
+var steerVariants = map[string]string{"vanilla": ModeVanilla, "static": ModeSteerStatic, "dynamic": ModeSteerDynamic}
+
+func loadThroughputCompare(path string, b []byte) (*Measured, error) {
+	var tc throughputCompare
+	if err := json.Unmarshal(b, &tc); err != nil {
+		return nil, fmt.Errorf("%w: measured file %s: %w", ErrInput, path, err)
+	}
+	if tc.Testbed.Layout != "" && tc.Testbed.Layout != "nic" {
+		return nil, fmt.Errorf("%w: measured file %s: testbed layout %s; the twin models layout nic", ErrInput, path, tc.Testbed.Layout)
+	}
+	m := &Measured{Format: MeasuredFormat, Source: path, Reps: tc.Reps, RxCPU: tc.Testbed.RxCPU, AppCPU: tc.Testbed.AppCPU}
+	for _, p := range tc.Points {
+		mode, ok := steerVariants[p.Variant]
+		if !ok {
+			continue
+		}
+		m.Cases = append(m.Cases, MeasuredCase{Bench: BenchThroughput, Mode: mode, RatePPS: p.OfferedPPS, Flows: p.Flows, DeliveredPPS: p.DeliveredPPS})
+	}
+	return m, m.check(path)
 }

@@ -58,6 +58,10 @@ type Node struct {
 	// mode minus vanilla's at the calibration load (0: not measured).
 	LaneSyncNs  float64 `json:"lane_sync_ns"`
 	LaneQueueNs float64 `json:"lane_queue_ns"`
+	// WakeNs: what the receive CPU pays to leave idle (halt exit, the
+	// NAPI kthread's wake-up): its busy time per request at idle minus
+	// the request's receive path in the model.
+	WakeNs float64 `json:"wake_ns"`
 	// IPINs: the cost of a cross-CPU stage hop's IPI (not traced; the
 	// falcon-vm.yaml assumption).
 	IPINs float64 `json:"ipi_ns"`
@@ -186,7 +190,7 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		DurationMs:  runMs,
 		WarmupMs:    warmMs,
 		CPUs:        cpus,
-		Kernel:      sim.Kernel{ISRNs: 0, IPINs: n.IPINs, PollNs: round1(scale * pn / math.Max(pw, 1))},
+		Kernel:      sim.Kernel{ISRNs: 0, IPINs: n.IPINs, WakeNs: n.WakeNs, PollNs: round1(scale * pn / math.Max(pw, 1))},
 		NIC:         sim.NIC{RSSCPUs: []int{rx}, RingSize: n.RingSize},
 		Stages: []sim.StageSpec{
 			{Name: "wire", Kind: "nic", Cost: sim.Cost{Ns: round1(wireNs)}},
@@ -195,11 +199,17 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		},
 	}
 	appCPU := app
-	// the generator's and the sink's CPU time per packet, charged to the
-	// sink; its socket never fills (the bench's sink reads everything it
-	// is given, late if CPU-bound), so delivered counts what reached it
-	sc.Apps = []sim.AppSpec{{Name: "sink", CPU: &appCPU, Cost: sim.Cost{Ns: round1(n.AppNsPerPkt)}, SocketLimit: 1 << 22}}
+	// the sink's socket never fills (the bench's sink reads everything
+	// it is given), so delivered counts what reached it; its own CPU time
+	// is in the generator's
+	sc.Apps = []sim.AppSpec{{Name: "sink", CPU: &appCPU, Cost: sim.Cost{Ns: 1}, SocketLimit: 1 << 22}}
 	if c.RatePPS > 0 {
+		// the generator and the sink: their application-CPU time per
+		// background packet, as a load on the application CPU in
+		// per-packet chunks (which of it is non-preemptible is not
+		// known; see docs/sim.md, The twin); the packets themselves
+		// arrive on the generator's schedule, in its batches
+		sc.Apps = append(sc.Apps, sim.AppSpec{Name: "generator", CPU: &appCPU, Cost: sim.Cost{Ns: round1(n.AppNsPerPkt)}, PeriodUs: 1e6 / c.RatePPS})
 		rate := c.RatePPS / float64(c.Flows)
 		for i := 0; i < c.Flows; i++ {
 			name := "background"
