@@ -237,8 +237,7 @@ type Model struct {
 	steer steering
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
-	// wakeNs: what an idle CPU pays to start running (Kernel.WakeNs)
-	wakeNs int64
+	wakeNs                                                     int64 // what an idle CPU pays to start running (Kernel.WakeNs)
 	remoteNs                                                   int64
 	txNs, coalesceNs                                           int64
 	warm, end                                                  int64

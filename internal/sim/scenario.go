@@ -1,10 +1,10 @@
 package sim
 
 import (
-	"math"
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -63,12 +63,12 @@ type Kernel struct {
 	// RemoteStageNs is CPU time a stage pays on top of its cost when the
 	// packet's previous stage ran on another CPU (the skb and its data are
 	// cold in this CPU's cache): the locality cost of moving a stage.
-	RemoteStageNs    float64 `yaml:"remote_stage_ns" json:"remote_stage_ns,omitempty"`
+	RemoteStageNs float64 `yaml:"remote_stage_ns" json:"remote_stage_ns,omitempty"`
 	// WakeNs is CPU time an idle CPU pays when an interrupt or IPI wakes
 	// it (leaving the idle state, switching to the woken context): paid
 	// once per idle-to-busy transition, so it costs less per packet the
 	// busier the CPU is. 0 by default.
-	WakeNs float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
+	WakeNs           float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
 	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
 }
 
