@@ -100,6 +100,12 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		}
 		ms = append(ms, m)
 	}
+	if f.mode != "" {
+		c := twin.Case{Bench: f.bench, Mode: f.mode, Flows: f.flows, CPUs: f.cpus, RatePPS: 1}
+		if err := c.Validate(); err != nil {
+			return wrap(err)
+		}
+	}
 	var calibRate float64
 	if f.calibRate != "" {
 		r, err := oneRate("--calib-rate", f.calibRate)

@@ -36,9 +36,11 @@ type MeasuredCase struct {
 type Measured struct {
 	Format string `json:"format"`
 	// Source says which run and command (for people).
-	Source string         `json:"source"`
-	Reps   int            `json:"reps"`
-	Cases  []MeasuredCase `json:"cases"`
+	Source string `json:"source"`
+	// Note: the runs and commands in full (for people).
+	Note  string         `json:"note,omitempty"`
+	Reps  int            `json:"reps"`
+	Cases []MeasuredCase `json:"cases"`
 	// RxCPU, AppCPU: the layout the bench ran (from a bench report; the
 	// twin's format may leave them 0 and 0, meaning 1 and 0).
 	RxCPU  int `json:"rx_cpu,omitempty"`
