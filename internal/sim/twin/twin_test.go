@@ -262,3 +262,29 @@ func TestTraceKeys(t *testing.T) {
 		t.Fatalf("twin mismatch: %+v", out)
 	}
 }
+
+// TestMeasuredFromThroughputCompare maps bench throughput --compare's
+// variants to the twin's modes and skips the ones it does not model.
+func TestMeasuredFromThroughputCompare(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tc.json")
+	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"reps":5,"points":[
+	 {"variant":"vanilla","flows":1,"offered_pps":150000,"delivered_pps":{"median":149000,"min":148000,"max":149500}},
+	 {"variant":"static","flows":1,"offered_pps":150000,"delivered_pps":{"median":148000,"min":145000,"max":149000}},
+	 {"variant":"cpumap","flows":1,"offered_pps":150000,"delivered_pps":{"median":1,"min":1,"max":1}}]}`
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadMeasured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Cases) != 2 || m.Cases[1].Mode != ModeSteerStatic || m.Cases[1].Bench != BenchThroughput || m.Cases[1].DeliveredPPS.Min != 145000 {
+		t.Fatalf("%+v", m.Cases)
+	}
+	if err := os.WriteFile(p, []byte(strings.Replace(body, `"nic"`, `"rxcore"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadMeasured(p); err == nil || !strings.Contains(err.Error(), "layout rxcore") {
+		t.Fatalf("rxcore accepted: %v", err)
+	}
+}
