@@ -60,6 +60,7 @@ Most verbs need root (network namespaces, BPF).`,
 		newSimCmd(),
 		newSteerCmd(),
 		newAgentCmd(),
+		newCNIInstallCmd(),
 	)
 	return root
 }
