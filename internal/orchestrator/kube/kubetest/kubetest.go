@@ -80,8 +80,9 @@ func freePort(t *testing.T) int {
 }
 
 // start runs a process with its output in dir/name.log, stopped (TERM,
-// then KILL after 10 s) at the test's end.
-func start(t *testing.T, dir, name string, path string, args ...string) {
+// then KILL after 10 s) at the test's end. The channel closes when it
+// has exited.
+func start(t *testing.T, dir, name string, path string, args ...string) <-chan struct{} {
 	t.Helper()
 	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -105,6 +106,7 @@ func start(t *testing.T, dir, name string, path string, args ...string) {
 			<-done
 		}
 	})
+	return done
 }
 
 // Start runs etcd and kube-apiserver for the test and waits (at most
@@ -149,9 +151,12 @@ func Start(t *testing.T) *Cluster {
 		t.Fatal(err)
 	}
 	saKey := write("sa.key", pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
-	start(t, dir, "kube-apiserver", apiserver,
+	exited := start(t, dir, "kube-apiserver", apiserver,
 		"--etcd-servers", clientURL, "--etcd-prefix", "/kubetest",
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(ap),
+		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ap),
+		// The kubernetes Service's endpoint may not be loopback: a
+		// documentation address, and no reconciler writing it.
+		"--advertise-address", "192.0.2.1", "--endpoint-reconciler-type", "none",
 		"--cert-dir", filepath.Join(dir, "certs"),
 		"--token-auth-file", tokenFile, "--authorization-mode", "RBAC",
 		"--service-account-issuer", "https://kubernetes.default.svc",
@@ -171,12 +176,18 @@ func Start(t *testing.T) *Cluster {
 				break
 			}
 		}
-		if time.Now().After(deadline) {
+		gone := false
+		select {
+		case <-exited:
+			gone = true
+		default:
+		}
+		if gone || time.Now().After(deadline) {
 			logs, _ := os.ReadFile(filepath.Join(dir, "kube-apiserver.log"))
 			if len(logs) > 4000 {
 				logs = logs[len(logs)-4000:]
 			}
-			t.Fatalf("kube-apiserver not ready within 60 s (%v); its log ends:\n%s", err, logs)
+			t.Fatalf("kube-apiserver not ready within 60 s or exited (exited: %v, last error: %v); its log ends:\n%s", gone, err, logs)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
