@@ -27,6 +27,7 @@ type KubernetesConfig struct {
 // kubernetes decodes the kubernetes section.
 func (d *decoder) kubernetes(n *yaml.Node, path string) *KubernetesConfig {
 	k := &KubernetesConfig{Line: n.Line}
+	given := false // node_name given (a bad one is its own problem)
 	if l, ok := d.keyLine[n]; ok {
 		k.Line = l
 	}
@@ -36,8 +37,11 @@ func (d *decoder) kubernetes(n *yaml.Node, path string) *KubernetesConfig {
 	} else {
 		f := d.fields(n, path, "node_name", "kubeconfig")
 		if v := f["node_name"]; v != nil {
+			given = true
 			if s, ok := d.str(v, path+".node_name"); ok {
-				k.NodeName = s
+				if k.NodeName = s; s == "" {
+					d.fail(v, path+".node_name", "empty: want the node's name (or leave it out for $NODE_NAME)")
+				}
 			}
 		} else {
 			k.NodeName = os.Getenv("NODE_NAME")
@@ -46,7 +50,7 @@ func (d *decoder) kubernetes(n *yaml.Node, path string) *KubernetesConfig {
 			k.Kubeconfig = d.absPath(v, path+".kubeconfig")
 		}
 	}
-	if k.NodeName == "" {
+	if k.NodeName == "" && !given {
 		d.fail(n, path+".node_name", "no node name: give node_name, or set $NODE_NAME (the DaemonSet sets it from spec.nodeName)")
 	}
 	return k
