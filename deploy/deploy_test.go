@@ -216,6 +216,9 @@ func TestChartDefault(t *testing.T) {
 		t.Fatal("no NODE_NAME from spec.nodeName")
 	}
 	// Install in the init container, uninstall when the agent's pod stops.
+	if slices.Contains(c.Command, "--cleanup-on-exit") {
+		t.Fatal("the default agent disables its lanes when its pod stops (an update would detach them)")
+	}
 	ic := ps.InitContainers[0]
 	if !slices.Contains(ic.Command, "--install") || c.Lifecycle == nil || c.Lifecycle.PreStop == nil || !slices.Contains(c.Lifecycle.PreStop.Exec.Command, "--uninstall") {
 		t.Fatalf("install %v, preStop %+v", ic.Command, c.Lifecycle)
@@ -267,7 +270,7 @@ config: |
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := decodeAll(t, helm(t, "template", "lanes", chart, "--namespace", "rx", "-f", vals, "--set", "metricsPort=9500"))
+	o := decodeAll(t, helm(t, "template", "lanes", chart, "--namespace", "rx", "-f", vals, "--set", "metricsPort=9500", "--set", "cleanupOnExit=true"))
 	slices.Sort(o.kind)
 	if got := strings.Join(o.kind, ","); got != "ClusterRole,ClusterRoleBinding,ConfigMap,DaemonSet" {
 		t.Fatalf("kinds %s (no ServiceAccount made)", got)
@@ -280,7 +283,7 @@ config: |
 	if len(ps.InitContainers) != 0 || c.Lifecycle != nil {
 		t.Fatalf("cni.install false: init containers %d, lifecycle %+v", len(ps.InitContainers), c.Lifecycle)
 	}
-	if c.Image != "registry.example/rxlane:v9" || c.ReadinessProbe.HTTPGet.Port.IntValue() != 9500 || !slices.Contains(c.Command, "127.0.0.1:9500") {
+	if c.Image != "registry.example/rxlane:v9" || c.ReadinessProbe.HTTPGet.Port.IntValue() != 9500 || !slices.Contains(c.Command, "127.0.0.1:9500") || !slices.Contains(c.Command, "--cleanup-on-exit") {
 		t.Fatalf("image %q, probe %+v, command %v", c.Image, c.ReadinessProbe.HTTPGet, c.Command)
 	}
 	for _, v := range ps.Volumes {
