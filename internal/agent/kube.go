@@ -8,6 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rxlane/rxlane/internal/orchestrator/kube"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // KubernetesConfig is the config's kubernetes section: the agent watches
@@ -64,7 +65,18 @@ func (d *decoder) kubernetes(n *yaml.Node, path string) *KubernetesConfig {
 func (a *Agent) kubeWatcher() (start func(ctx context.Context) (wait func()), err error) {
 	k := a.cfg.Kubernetes
 	if k == nil {
-		return func(context.Context) func() { return func() {} }, nil
+		return func(context.Context) func() {
+			// Kubernetes workloads of an earlier run with a kubernetes
+			// section: nothing would keep them current now (their pods
+			// may go, their addresses be reused).
+			for _, w := range a.WorkloadsOf(workload.SourceKubernetes) {
+				a.log.Info("no kubernetes section: dropping a Kubernetes workload of an earlier run", "workload", w.String())
+				if err := a.RemoveWorkload(w.Source, w.ID); err != nil {
+					a.log.Error("workload not removed", "workload", w.String(), "error", err.Error())
+				}
+			}
+			return func() {}
+		}, nil
 	}
 	client, err := kube.Client(k.Kubeconfig)
 	if err != nil {

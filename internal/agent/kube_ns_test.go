@@ -183,6 +183,22 @@ kubernetes:
 	if ls := a.Status().Lanes[0]; len(ls.Rules) != 0 {
 		t.Fatalf("lane rules after the pods went: %+v", ls.Rules)
 	}
+	// The kubernetes section removed: the watcher's workloads of the
+	// earlier run are dropped (nothing would keep them current).
+	late := mkPod(t, admin, ns, "late", "node-x", false, map[string]string{workload.AnnotationLane: "high"}, "10.99.0.5")
+	waitFor(t, "the late pod's workload", func() bool { return kube() == late+"::[10.99.0.5]" })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeConfig(t, file, string(text[:strings.Index(string(text), "kubernetes:")]))
+	a, stop = startAgent(t, Options{ConfigFile: file})
+	if k := kube(); k != "" {
+		t.Fatalf("kubernetes workloads without a kubernetes section: %s", k)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

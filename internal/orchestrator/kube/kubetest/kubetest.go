@@ -90,7 +90,9 @@ func start(t *testing.T, dir, name string, path string, args ...string) <-chan s
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the forking OS thread exits, and a
+	// namespace test's threads do (internal/netns never unlocks a thread
+	// that entered a namespace): the server would die mid-test.
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		t.Fatalf("%s: %v", name, err)
@@ -164,6 +166,14 @@ func Start(t *testing.T) *Cluster {
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		// No controller manager makes service-account tokens.
 		"--disable-admission-plugins", "ServiceAccount")
+	t.Cleanup(func() {
+		// Registered after the processes' stops: runs before them, while
+		// the server still runs.
+		if t.Failed() {
+			t.Logf("kube-apiserver's log ends:\n%s", tail(filepath.Join(dir, "kube-apiserver.log"), 6000))
+			t.Logf("etcd's log ends:\n%s", tail(filepath.Join(dir, "etcd.log"), 3000))
+		}
+	})
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -183,10 +193,7 @@ func Start(t *testing.T) *Cluster {
 		default:
 		}
 		if gone || time.Now().After(deadline) {
-			logs, _ := os.ReadFile(filepath.Join(dir, "kube-apiserver.log"))
-			if len(logs) > 4000 {
-				logs = logs[len(logs)-4000:]
-			}
+			logs := tail(filepath.Join(dir, "kube-apiserver.log"), 4000)
 			t.Fatalf("kube-apiserver not ready within 60 s or exited (exited: %v, last error: %v); its log ends:\n%s", gone, err, logs)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -236,4 +243,13 @@ func (c *Cluster) Client(t *testing.T, user string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// tail is the last n bytes of a file.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
 }
