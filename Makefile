@@ -5,7 +5,7 @@ CNI_BIN := bin/rxlane-cni
 CNI_DIR ?= /opt/cni/bin
 OUT     ?= out
 
-.PHONY: all setup build generate check-generate vet test demo demo-nodes bench clean kernel-test install
+.PHONY: all setup build generate check-generate manifest vet test demo demo-nodes bench clean kernel-test install
 
 all: build
 
@@ -23,6 +23,11 @@ generate:
 # CI: the committed BPF objects must match their sources.
 check-generate: generate
 	git diff --exit-code -- '*_bpfel.go' '*_bpfel.o' || { echo "generated BPF files are stale: run 'make generate' and commit"; exit 1; }
+
+# Regenerate the plain Kubernetes manifest from the Helm chart (helm from
+# scripts/setup-kube; a test in deploy/ checks the committed one is current).
+manifest:
+	scripts/gen-manifest
 
 vet:
 	@test -z "$$(gofmt -l cmd internal)" || { gofmt -l cmd internal; echo "gofmt: files above need formatting"; exit 1; }

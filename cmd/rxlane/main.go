@@ -43,6 +43,7 @@ Verb groups:
   steer     pipeline a flow's stages across CPUs (FALCON with RPS and eBPF)
   isolate   reserve CPUs for the receive stack (ANP): plan, apply, revert
   agent     the node agent: lanes and steering from one YAML config, kept current
+  cni-install  chain rxlane-cni into the node's CNI configuration, or remove it
 
 Most verbs need root (network namespaces, BPF).`,
 		SilenceUsage:  true,
@@ -60,6 +61,7 @@ Most verbs need root (network namespaces, BPF).`,
 		newSimCmd(),
 		newSteerCmd(),
 		newAgentCmd(),
+		newCNIInstallCmd(),
 	)
 	return root
 }

@@ -23,9 +23,11 @@ func newSimCmd() *cobra.Command {
 		Long: `sim runs the Linux receive path (hard IRQ, NET_RX softirq, NAPI stages,
 application threads) as a discrete-event simulation, with every mechanism of
 the seeds: vanilla two-list NAPI, PRISM-batch/sync, seed-002 Rx ring
-scheduling (sq, rr, wfq, prio), RPS, FALCON and ANP. See docs/sim.md.`,
+scheduling (sq, rr, wfq, prio), RPS, FALCON and ANP. 'sim twin' models the
+node the bench runs on from one trace and one bench case, and predicts the
+bench's other cases. See docs/sim.md.`,
 	}
-	cmd.AddCommand(newSimRunCmd(), newSimSweepCmd(), newSimFiguresCmd(), newSimCalibrateCmd())
+	cmd.AddCommand(newSimRunCmd(), newSimSweepCmd(), newSimFiguresCmd(), newSimCalibrateCmd(), newSimTwinCmd())
 	return cmd
 }
 

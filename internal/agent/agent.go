@@ -236,6 +236,12 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	if err := a.loadWorkloads(); err != nil {
 		return err
 	}
+	// Its client is made before anything is applied: a config it
+	// cannot follow stops the start with nothing changed.
+	startKube, err := a.kubeWatcher()
+	if err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a.ctx = runCtx
@@ -248,6 +254,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	// What the CNI plugin recorded while no agent ran.
 	a.applyPending()
 	a.startDocker()
+	// The pod watcher (config kubernetes:), stopped before the agent.
+	waitKube := startKube(runCtx)
 	a.ready.Store(true)
 	a.log.Info("agent ready", "ready", a.Ready())
 	if ready != nil {
@@ -261,6 +269,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 		select {
 		case <-ctx.Done():
 			cancel()
+			waitKube()
 			return a.stop()
 		case reply := <-a.reloads:
 			reply <- a.reload("request")

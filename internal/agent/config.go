@@ -57,6 +57,8 @@ type Config struct {
 	Isolation      *IsolationPlan `json:"isolation,omitempty"`
 	// Docker, if set, is the engine whose labelled containers get lanes.
 	Docker *DockerConfig `json:"docker,omitempty"`
+	// Kubernetes, if set, starts the pod watcher (kube.go).
+	Kubernetes *KubernetesConfig `json:"kubernetes,omitempty"`
 }
 
 // LanesDir is the lanes' store directory.
@@ -389,7 +391,7 @@ func (d *decoder) config(data []byte) *Config {
 		return cfg
 	}
 	root := doc.Content[0]
-	f := d.fields(root, "", "state_dir", "socket", "metrics_address", "lanes", "steering", "isolation", "docker")
+	f := d.fields(root, "", "state_dir", "socket", "metrics_address", "lanes", "steering", "isolation", "docker", "kubernetes")
 	if n := f["state_dir"]; n != nil {
 		cfg.StateDir = d.absPath(n, "state_dir")
 	}
@@ -419,6 +421,9 @@ func (d *decoder) config(data []byte) *Config {
 	}
 	if n := f["docker"]; n != nil {
 		cfg.Docker = d.docker(n, "docker", cfg.Lanes)
+	}
+	if n := f["kubernetes"]; n != nil {
+		cfg.Kubernetes = d.kubernetes(n, "kubernetes")
 	}
 	if len(d.problems) == 0 && len(cfg.Lanes) == 0 && len(cfg.Steering) == 0 && cfg.Isolation == nil {
 		d.fail(root, "", "nothing to do: want at least one lanes or steering entry")

@@ -37,7 +37,7 @@ lanes:
 		{"unknown top-level field", `
 lane:
   - netns: /proc/self/ns/net
-`, `agent.yaml:2: lane: unknown field (known: state_dir, socket, metrics_address, lanes, steering, isolation, docker)`},
+`, `agent.yaml:2: lane: unknown field (known: state_dir, socket, metrics_address, lanes, steering, isolation, docker, kubernetes)`},
 		{"wrong type bool", `
 lanes:
   - netns: /proc/self/ns/net

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rxlane/rxlane/internal/snmp"
 )
 
 // CPUSample is one CPU's counters at an instant.
@@ -153,31 +155,9 @@ type UDPStats struct {
 
 // ReadUDPStats reads the calling thread's namespace's UDP counters.
 func ReadUDPStats() (UDPStats, error) {
-	b, err := os.ReadFile("/proc/thread-self/net/snmp")
+	m, err := snmp.Read(snmp.Path, "Udp:InDatagrams", "Udp:InErrors", "Udp:RcvbufErrors")
 	if err != nil {
-		return UDPStats{}, fmt.Errorf("read snmp: %w", err)
+		return UDPStats{}, err
 	}
-	var names, vals []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "Udp: ") {
-			if names == nil {
-				names = strings.Fields(line)
-			} else {
-				vals = strings.Fields(line)
-			}
-		}
-	}
-	var s UDPStats
-	for i := 1; i < len(names) && i < len(vals); i++ {
-		v, _ := strconv.ParseUint(vals[i], 10, 64)
-		switch names[i] {
-		case "InDatagrams":
-			s.InDatagrams = v
-		case "InErrors":
-			s.InErrors = v
-		case "RcvbufErrors":
-			s.RcvbufErrors = v
-		}
-	}
-	return s, nil
+	return UDPStats{InDatagrams: m["Udp:InDatagrams"], InErrors: m["Udp:InErrors"], RcvbufErrors: m["Udp:RcvbufErrors"]}, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/isolate"
+	"github.com/rxlane/rxlane/internal/snmp"
 	"github.com/rxlane/rxlane/internal/testbed"
 )
 
@@ -680,12 +681,8 @@ func (r *anpRun) tcpRetrans() (uint64, error) {
 	var sum uint64
 	for _, n := range []testbed.Node{testbed.CtrA, testbed.CtrB} {
 		err := testbed.Do(r.tb, n, func() error {
-			b, err := os.ReadFile("/proc/thread-self/net/snmp")
-			if err != nil {
-				return err
-			}
-			v, err := snmpField(string(b), "Tcp:", "RetransSegs")
-			sum += v
+			m, err := snmp.Read(snmp.Path, "Tcp:RetransSegs")
+			sum += m["Tcp:RetransSegs"]
 			return err
 		})
 		if err != nil {
@@ -693,28 +690,6 @@ func (r *anpRun) tcpRetrans() (uint64, error) {
 		}
 	}
 	return sum, nil
-}
-
-// snmpField reads one counter of /proc/net/snmp (a header line and a
-// value line per protocol).
-func snmpField(snmp, proto, field string) (uint64, error) {
-	var names []string
-	for _, line := range strings.Split(snmp, "\n") {
-		if !strings.HasPrefix(line, proto+" ") {
-			continue
-		}
-		if names == nil {
-			names = strings.Fields(line)
-			continue
-		}
-		vals := strings.Fields(line)
-		for i := 1; i < len(names) && i < len(vals); i++ {
-			if names[i] == field {
-				return strconv.ParseUint(vals[i], 10, 64)
-			}
-		}
-	}
-	return 0, fmt.Errorf("snmp: no %s %s", proto, field)
 }
 
 // ParseRedisCSV reads redis-benchmark --csv output (redis 7: test, rps,

@@ -25,16 +25,6 @@ func TestParseRedisCSV(t *testing.T) {
 	}
 }
 
-func TestSnmpField(t *testing.T) {
-	snmp := "Tcp: RtoAlgorithm RtoMin RetransSegs InErrs\nTcp: 1 200 17 0\nUdp: InDatagrams\nUdp: 5\n"
-	if v, err := snmpField(snmp, "Tcp:", "RetransSegs"); err != nil || v != 17 {
-		t.Fatalf("%d %v", v, err)
-	}
-	if _, err := snmpField(snmp, "Tcp:", "Nope"); err == nil {
-		t.Fatal("no error for a missing field")
-	}
-}
-
 func TestANPOptionsValidate(t *testing.T) {
 	good := ANPOptions{
 		Latency: bench.LatencyOptions{Reps: 1, Duration: 1e9, Proto: "udp", Prober: "rxlane", Rate: 1000, Size: 64,

@@ -131,6 +131,10 @@ type thread struct {
 	cur   *packet
 	cost  int64
 	drops int64
+	// jobs: pending chunks of a load app (AppSpec.PeriodUs); curJob: one
+	// is running
+	jobs   int
+	curJob bool
 }
 
 type app struct {
@@ -233,6 +237,7 @@ type Model struct {
 	steer steering
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
+	wakeNs                                                     int64 // what an idle CPU pays to start running (Kernel.WakeNs)
 	remoteNs                                                   int64
 	txNs, coalesceNs                                           int64
 	warm, end                                                  int64
@@ -298,6 +303,7 @@ func (m *Model) setTimes() {
 	m.isrNs, m.ipiNs, m.pollNs = ns(k.ISRNs), ns(k.IPINs), ns(k.PollNs)
 	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
 	m.remoteNs = ns(k.RemoteStageNs)
+	m.wakeNs = ns(k.WakeNs)
 	m.txNs = ns(sc.NIC.TxNs)
 	m.coalesceNs = ns(sc.NIC.CoalesceUs * 1000)
 	m.restartLimit = k.RestartLimit
@@ -472,6 +478,17 @@ func (m *Model) buildApps(appCPUs []int) {
 			}
 			th := &thread{app: a, cpu: m.cpus[ci]}
 			a.threads = append(a.threads, th)
+			if p := ns(sp.PeriodUs * 1000); p > 0 {
+				var tick func()
+				tick = func() {
+					th.jobs++
+					th.cpu.kick()
+					m.sim.Schedule(p, tick)
+				}
+				// the first job at a phase of its own, so that loads do
+				// not all start at 0
+				m.sim.At(int64(m.rng.Float64()*float64(p)), tick)
+			}
 			m.cpus[ci].threads = append(m.cpus[ci].threads, th)
 		}
 		m.apps[sp.Name] = a
@@ -671,9 +688,13 @@ func (m *Model) startFlow(f *flow) {
 			}
 			f.sent++
 			m.nicRx(m.newPacket(f))
+			for i := 1; i < a.Batch && (a.Count == 0 || f.sent < a.Count); i++ {
+				f.sent++
+				m.nicRx(m.newPacket(f))
+			}
 			var d float64
 			if a.Type == "const" {
-				d = gap
+				d = gap * float64(max(a.Batch, 1))
 			} else {
 				d = m.rng.ExpFloat64() * gap
 			}
@@ -827,6 +848,11 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 	if ipi {
 		cost = c.m.ipiNs
 	}
+	if c.idle() {
+		// leaving idle: the wake-up (halt exit, scheduling the woken
+		// context) before the interrupt's work
+		cost += c.m.wakeNs
+	}
 	c.start(lvlIRQ, cost, kIRQ)
 }
 
@@ -890,6 +916,15 @@ func (c *cpu) pickThread() {
 			continue
 		}
 		t := c.threads[j]
+		if t.jobs > 0 {
+			c.rr = (j + 1) % (n + 1)
+			c.curThread = t
+			t.jobs--
+			t.curJob = true
+			t.cost = c.m.sample(t.app.spec.Cost, 0, 1)
+			c.start(lvlThread, t.cost, kApp)
+			return
+		}
 		if t.q.n > 0 {
 			c.rr = (j + 1) % (n + 1)
 			c.curThread = t
@@ -907,6 +942,11 @@ func (c *cpu) pickThread() {
 
 func (c *cpu) threadDone() {
 	t := c.curThread
+	if t.curJob {
+		t.curJob = false
+		c.next()
+		return
+	}
 	p := t.cur
 	t.cur = nil
 	p.svc += t.cost
@@ -1050,7 +1090,7 @@ func (c *cpu) advance(p *packet) bool {
 		return false
 	}
 	st := f.path[p.stage]
-	inline := m.pol.inline(p)
+	inline := m.pol.inline(p) || f.spec.Inline
 	if st.kind == kindSplit && !m.steer.steersSplit() {
 		inline = true
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,7 +63,12 @@ type Kernel struct {
 	// RemoteStageNs is CPU time a stage pays on top of its cost when the
 	// packet's previous stage ran on another CPU (the skb and its data are
 	// cold in this CPU's cache): the locality cost of moving a stage.
-	RemoteStageNs    float64 `yaml:"remote_stage_ns" json:"remote_stage_ns,omitempty"`
+	RemoteStageNs float64 `yaml:"remote_stage_ns" json:"remote_stage_ns,omitempty"`
+	// WakeNs is CPU time an idle CPU pays when an interrupt or IPI wakes
+	// it (leaving the idle state, switching to the woken context): paid
+	// once per idle-to-busy transition, so it costs less per packet the
+	// busier the CPU is. 0 by default.
+	WakeNs           float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
 	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
 }
 
@@ -186,6 +192,11 @@ type AppSpec struct {
 	Threads     int    `yaml:"threads" json:"threads,omitempty"`
 	Cost        Cost   `yaml:"cost" json:"cost"`
 	SocketLimit int    `yaml:"socket_limit" json:"socket_limit"`
+	// PeriodUs makes the app a CPU load with no flow: every PeriodUs each
+	// thread gets one job of Cost, run as one chunk that other threads do
+	// not preempt (a generator's sendmmsg of a batch of packets on a
+	// PREEMPT_NONE kernel); softirqs and IRQs still do. 0: a receiver.
+	PeriodUs float64 `yaml:"period_us" json:"period_us,omitempty"`
 }
 
 // Arrival is a flow's packet arrival process.
@@ -198,6 +209,10 @@ type Arrival struct {
 	RTTUs   float64 `yaml:"rtt_us" json:"rtt_us,omitempty"`
 	Count   int     `yaml:"count" json:"count,omitempty"`
 	StartUs float64 `yaml:"start_us" json:"start_us,omitempty"`
+	// Batch sends const arrivals in groups of Batch back-to-back packets
+	// every Batch/rate_pps (a generator that sends with sendmmsg, like
+	// the bench's injector: 16); 0 or 1: one at a time.
+	Batch int `yaml:"batch" json:"batch,omitempty"`
 }
 
 // FlowSpec is one flow.
@@ -211,6 +226,11 @@ type FlowSpec struct {
 	Arrival   Arrival  `yaml:"arrival" json:"arrival"`
 	SpreadNIC bool     `yaml:"spread_nics" json:"spread_nics,omitempty"`
 	Copies    int      `yaml:"copies" json:"copies,omitempty"`
+	// Inline runs every stage after the first inline in the first
+	// stage's poll, whatever the policy (a priority lane's sync path on a
+	// stock kernel: tc at the wire hands the packet to the socket in the
+	// same call; the poll order is the vanilla kernel's).
+	Inline bool `yaml:"inline" json:"inline,omitempty"`
 }
 
 // TraceSpec turns on the poll-order trace.
@@ -427,7 +447,7 @@ func (s *Scenario) normalizeKernel() error {
 	if k.Budget < 1 || k.Weight < 1 || k.MaxBacklog < 1 || k.RestartLimit < 1 || k.BudgetUsecs < 0 {
 		return fmt.Errorf("kernel: netdev_budget, weight, netdev_max_backlog, softirq_restart must be >= 1")
 	}
-	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs} {
+	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs, "wake_ns": k.WakeNs} {
 		if v < 0 {
 			return fmt.Errorf("kernel.%s: must be >= 0", name)
 		}
@@ -695,6 +715,9 @@ func (s *Scenario) normalizeApps() (apps map[string]bool, err error) {
 		if a.SocketLimit == 0 {
 			a.SocketLimit = 1 << 20
 		}
+		if a.PeriodUs < 0 || math.IsNaN(a.PeriodUs) {
+			return nil, fmt.Errorf("%s.period_us: must be >= 0", f)
+		}
 		if err := checkCost(f+".cost", &a.Cost); err != nil {
 			return nil, err
 		}
@@ -763,6 +786,9 @@ func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 // flow) and fills the closed loop's window of 1.
 func checkArrival(f string, x *FlowSpec) error {
 	a := &x.Arrival
+	if a.Batch < 0 || (a.Batch > 1 && a.Type != "const") {
+		return fmt.Errorf("%s.arrival.batch: must be >= 0, and only const arrivals come in batches", f)
+	}
 	switch a.Type {
 	case "const", "poisson", "onoff":
 		if a.RatePps <= 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/rxlane/rxlane/internal/falcon"
 	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/snmp"
 )
 
 // The closed loop in the datapath (issue 19): `steer enable --follow`
@@ -512,15 +513,15 @@ type endpointCounters struct{ delivered, drops uint64 }
 func readEndpointCounters() endpointCounters {
 	var c endpointCounters
 	for path, keys := range map[string][]string{
-		"/proc/thread-self/net/snmp":  {"Udp:InDatagrams", "Tcp:InSegs", "Udp:RcvbufErrors"},
-		"/proc/thread-self/net/snmp6": {"Udp6InDatagrams", "Udp6RcvbufErrors"},
+		snmp.Path:  {"Udp:InDatagrams", "Tcp:InSegs", "Udp:RcvbufErrors"},
+		snmp.Path6: {"Udp6InDatagrams", "Udp6RcvbufErrors"},
 	} {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			continue // no IPv6
 		}
 		for _, k := range keys {
-			v, _ := snmpValue(string(b), k)
+			v, _ := snmp.Value(string(b), k)
 			if strings.HasSuffix(k, "RcvbufErrors") {
 				c.drops += v
 			} else {
@@ -529,32 +530,4 @@ func readEndpointCounters() endpointCounters {
 		}
 	}
 	return c
-}
-
-// snmpValue finds key in /proc/net/snmp ("Proto:Field", header line then
-// value line) or /proc/net/snmp6 ("Field value") text.
-func snmpValue(text, key string) (uint64, bool) {
-	lines := strings.Split(text, "\n")
-	proto, field, paired := strings.Cut(key, ":")
-	for i, line := range lines {
-		f := strings.Fields(line)
-		if !paired {
-			if len(f) == 2 && f[0] == key {
-				v, err := strconv.ParseUint(f[1], 10, 64)
-				return v, err == nil
-			}
-			continue
-		}
-		if len(f) == 0 || f[0] != proto+":" || i+1 >= len(lines) {
-			continue
-		}
-		vals := strings.Fields(lines[i+1])
-		for j, name := range f {
-			if name == field && j < len(vals) && vals[0] == proto+":" {
-				v, err := strconv.ParseUint(vals[j], 10, 64)
-				return v, err == nil
-			}
-		}
-	}
-	return 0, false
 }

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// cni-install: what the DaemonSet's init container and preStop hook run
+// to put rxlane-cni at the end of the node's CNI chain and take it out
+// again (deploy/helm/rxlane, docs/orchestrators.md).
+
+const cniPluginType = "rxlane-cni"
+
+type cniInstallFlags struct {
+	install, uninstall bool
+	confDir, binDir    string
+	plugin             string
+	socket             string
+}
+
+func newCNIInstallCmd() *cobra.Command {
+	f := &cniInstallFlags{}
+	cmd := &cobra.Command{
+		Use:   "cni-install (--install | --uninstall)",
+		Short: "Add rxlane-cni to the node's CNI chain, or remove it",
+		Long: `Chains rxlane-cni after the node's network plugin, as the rxlane DaemonSet's
+init container does (and its preStop hook undoes):
+
+  --install    copy --plugin to --bin-dir/rxlane-cni and append the entry
+               {"type": "rxlane-cni", "socket": SOCKET, "capabilities":
+               {"io.kubernetes.cri.pod-annotations": true}} to the plugins of
+               the first network configuration in --conf-dir (the one the
+               container runtime uses: the lexically first .conflist, .conf
+               or .json). An entry already there is replaced: running it
+               twice changes nothing.
+  --uninstall  remove rxlane-cni entries from every .conflist in --conf-dir
+               and --bin-dir/rxlane-cni. Nothing there: nothing to do.
+
+Files are replaced atomically (a runtime reading the configuration sees the
+old or the new one, never half). The first configuration must be a
+.conflist: a single-plugin .conf cannot chain, and is refused.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case f.install == f.uninstall:
+				return usageError{errors.New("cni-install: give exactly one of --install and --uninstall")}
+			case f.install:
+				conf, err := cniInstall(f)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "rxlane-cni installed in %s and chained in %s\n", f.binDir, conf)
+			default:
+				changed, err := cniUninstall(f)
+				if err != nil {
+					return err
+				}
+				if len(changed) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "rxlane-cni was not installed: nothing to do")
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "rxlane-cni removed: %s\n", strings.Join(changed, ", "))
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&f.install, "install", false, "chain rxlane-cni (copy the binary, add the entry)")
+	cmd.Flags().BoolVar(&f.uninstall, "uninstall", false, "unchain rxlane-cni (remove the entries and the binary)")
+	cmd.Flags().StringVar(&f.confDir, "conf-dir", "/etc/cni/net.d", "the node's CNI network configurations")
+	cmd.Flags().StringVar(&f.binDir, "bin-dir", "/opt/cni/bin", "the node's CNI plugin binaries")
+	cmd.Flags().StringVar(&f.plugin, "plugin", "/usr/local/bin/rxlane-cni", "the rxlane-cni binary to install")
+	cmd.Flags().StringVar(&f.socket, "socket", "/run/rxlane/agent.sock", "the agent's socket, as the plugin's socket setting")
+	return cmd
+}
+
+// firstNetConf is the configuration a runtime loads: the lexically first
+// .conflist, .conf or .json in dir (libcni's ConfFiles order).
+func firstNetConf(dir string) (string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("cni-install: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		switch filepath.Ext(e.Name()) {
+		case ".conflist", ".conf", ".json":
+			if !e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "", fmt.Errorf("cni-install: no network configuration in %s: the node's network plugin must be installed first", dir)
+	}
+	slices.Sort(names)
+	return filepath.Join(dir, names[0]), nil
+}
+
+// conflist is a configuration list with its plugins kept as they were
+// (only rxlane-cni's entry is touched).
+type conflist struct {
+	top     map[string]json.RawMessage
+	plugins []json.RawMessage
+}
+
+func readConflist(path string) (*conflist, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cni-install: %w", err)
+	}
+	c := &conflist{}
+	if err := json.Unmarshal(b, &c.top); err != nil {
+		return nil, fmt.Errorf("cni-install: %s: not a JSON object: %v", path, err)
+	}
+	raw, ok := c.top["plugins"]
+	if !ok {
+		return nil, fmt.Errorf("cni-install: %s has no plugins list: a single-plugin configuration cannot chain rxlane-cni (make it a .conflist)", path)
+	}
+	if err := json.Unmarshal(raw, &c.plugins); err != nil {
+		return nil, fmt.Errorf("cni-install: %s: plugins: want a list: %v", path, err)
+	}
+	return c, nil
+}
+
+func pluginType(raw json.RawMessage) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	json.Unmarshal(raw, &p)
+	return p.Type
+}
+
+// write replaces path atomically, keeping its mode.
+func (c *conflist) write(path string) error {
+	pl, err := json.Marshal(c.plugins)
+	if err != nil {
+		return err
+	}
+	c.top["plugins"] = pl
+	b, err := json.Marshal(c.top)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
+	}
+	return writeFileAtomic(path, out.Bytes(), mode)
+}
+
+// writeFileAtomic writes a temporary file beside path (a name no runtime
+// loads: no .conf/.conflist/.json ending) and renames it over path.
+func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".rxlane-cni-*.tmp")
+	if err != nil {
+		return fmt.Errorf("cni-install: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cni-install: %w", err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cni-install: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cni-install: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("cni-install: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("cni-install: %w", err)
+	}
+	return nil
+}
+
+func cniInstall(f *cniInstallFlags) (string, error) {
+	conf, err := firstNetConf(f.confDir)
+	if err != nil {
+		return "", err
+	}
+	c, err := readConflist(conf)
+	if err != nil {
+		return "", err
+	}
+	src, err := os.Open(f.plugin)
+	if err != nil {
+		return "", fmt.Errorf("cni-install: the plugin binary: %w", err)
+	}
+	defer src.Close()
+	bin, err := io.ReadAll(src)
+	if err != nil {
+		return "", fmt.Errorf("cni-install: the plugin binary: %w", err)
+	}
+	if err := os.MkdirAll(f.binDir, 0o755); err != nil {
+		return "", fmt.Errorf("cni-install: %w", err)
+	}
+	// The binary first: a chain naming a plugin that is not there fails
+	// every pod's ADD.
+	if err := writeFileAtomic(filepath.Join(f.binDir, cniPluginType), bin, 0o755); err != nil {
+		return "", err
+	}
+	entry, err := json.Marshal(map[string]any{
+		"type":         cniPluginType,
+		"socket":       f.socket,
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
+	})
+	if err != nil {
+		return "", err
+	}
+	c.plugins = slices.DeleteFunc(c.plugins, func(p json.RawMessage) bool { return pluginType(p) == cniPluginType })
+	c.plugins = append(c.plugins, entry)
+	if err := c.write(conf); err != nil {
+		return "", err
+	}
+	return conf, nil
+}
+
+// cniUninstall returns what it changed.
+func cniUninstall(f *cniInstallFlags) ([]string, error) {
+	var changed []string
+	confs, err := filepath.Glob(filepath.Join(f.confDir, "*.conflist"))
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, conf := range confs {
+		c, err := readConflist(conf)
+		if err != nil {
+			// Not ours to judge: leave a file we cannot read alone.
+			continue
+		}
+		n := len(c.plugins)
+		c.plugins = slices.DeleteFunc(c.plugins, func(p json.RawMessage) bool { return pluginType(p) == cniPluginType })
+		if len(c.plugins) == n {
+			continue
+		}
+		if err := c.write(conf); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		changed = append(changed, conf)
+	}
+	bin := filepath.Join(f.binDir, cniPluginType)
+	switch err := os.Remove(bin); {
+	case err == nil:
+		changed = append(changed, bin)
+	case !errors.Is(err, os.ErrNotExist):
+		errs = append(errs, fmt.Errorf("cni-install: %w", err))
+	}
+	return changed, errors.Join(errs...)
+}

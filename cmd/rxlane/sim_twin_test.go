@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rxlane/rxlane/internal/sim"
+)
+
+const twinData = "../../internal/sim/testdata/twin/"
+
+func twinArgs(extra ...string) []string {
+	return append([]string{"sim", "twin", twinData + "trace-100k.json.gz",
+		"--calib", twinData + "measured-docs.json", "--calib", twinData + "appcpu-compare-100k.json", "--calib-rate", "150k"}, extra...)
+}
+
+func TestSimTwinUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "twin", twinData + "trace-100k.json.gz"}, "--calib BENCH.json is required"},
+		{twinArgs("--mode", "turbo"), `mode "turbo"`},
+		{twinArgs("--rate", "fast"), `--rate "fast"`},
+		{twinArgs("--mode", "lanes-sync", "--bench", "throughput"), "measured by the latency bench"},
+		{[]string{"sim", "twin", "nope.json", "--calib", twinData + "measured-docs.json"}, "read trace"},
+		{twinArgs("--measured", "nope.json"), "read measured file"},
+	} {
+		out, err := run(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q (output %q)", tc.args, err, tc.want, out)
+			continue
+		}
+		if _, ok := err.(usageError); !ok {
+			t.Errorf("%v: %T is not a usage error", tc.args, err)
+		}
+	}
+}
+
+// TestSimTwinScenarioRuns: the emitted scenario is a valid scenario that
+// sim run accepts, with the twin's layout in it.
+func TestSimTwinScenarioRuns(t *testing.T) {
+	out, err := run(twinArgs("--mode", "lanes-queue", "--rate", "150k")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(p, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := sim.LoadScenario(p, nil)
+	if err != nil {
+		t.Fatalf("emitted scenario does not load: %v\n%s", err, out)
+	}
+	if sc.CPUs != 2 || sc.NIC.RingSize != 256 || len(sc.NIC.RSSCPUs) != 1 || sc.NIC.RSSCPUs[0] != 1 || sc.Kernel.WakeNs <= 0 {
+		t.Errorf("layout: cpus %d ring %d rss %v wake %v", sc.CPUs, sc.NIC.RingSize, sc.NIC.RSSCPUs, sc.Kernel.WakeNs)
+	}
+	var lane bool
+	for _, f := range sc.Flows {
+		lane = lane || (f.Name == "request" && strings.Join(f.Path, ",") == "wire,lane")
+	}
+	if !lane {
+		t.Errorf("the queue lane's request path is not wire,lane: %+v", sc.Flows)
+	}
+}
+
+// TestSimTwinPredictBesideMeasured: --measured with a case prints the
+// prediction, the measured median and range, and the error.
+func TestSimTwinPredictBesideMeasured(t *testing.T) {
+	out, err := run(twinArgs("--mode", "vanilla", "--rate", "0", "--measured", twinData+"measured-docs.json", "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Row struct {
+			Prediction struct {
+				P50Us float64 `json:"p50_us"`
+			} `json:"prediction"`
+			Checks []struct {
+				Stat   string  `json:"stat"`
+				Median float64 `json:"median"`
+				Err    float64 `json:"error"`
+			} `json:"checks"`
+		} `json:"row"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(got.Row.Checks) != 2 || got.Row.Checks[0].Stat != "p50_us" || got.Row.Checks[0].Median != 50 || got.Row.Prediction.P50Us <= 0 {
+		t.Fatalf("%+v", got.Row)
+	}
+}

@@ -1,0 +1,238 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rxlane/rxlane/internal/orchestrator/kube/kubetest"
+	"github.com/rxlane/rxlane/internal/testbed"
+	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/rxlane/rxlane/internal/workload"
+)
+
+// chartClusterRole is the ClusterRole of the plain manifest (the chart's
+// rendering): the agent's user gets exactly the rights the DaemonSet's
+// service account has.
+func chartClusterRole(t *testing.T) *rbacv1.ClusterRole {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/kubernetes/rxlane.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var cr rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &cr); err == nil && cr.Kind == "ClusterRole" {
+			cr.ResourceVersion = ""
+			return &cr
+		}
+	}
+	t.Fatal("no ClusterRole in deploy/kubernetes/rxlane.yaml")
+	return nil
+}
+
+// TestAgentKubernetes runs the agent's pod watcher against a real API
+// server (etcd and kube-apiserver on loopback), as the DaemonSet's
+// service account (the chart's ClusterRole bound to the agent's user):
+// pods created with annotations on node-x and node-y, their status
+// written as a kubelet would; the agent's workloads lane on the testbed
+// gets the rules of node-x's annotated pods only and counts their
+// traffic; annotation changes, a lane asking to skip policy, a pod
+// deleted while the agent runs and one deleted while it is down (the
+// start's resync) are followed.
+func TestAgentKubernetes(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	c := kubetest.Start(t)
+	admin := c.Client(t, kubetest.Admin)
+	ctx := context.Background()
+	cr := chartClusterRole(t)
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rxlane-test"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: cr.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: kubetest.Agent}}}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's user can read pods and nothing else.
+	agentClient := c.Client(t, kubetest.Agent)
+	if _, err := agentClient.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{}); err == nil {
+		t.Fatal("the chart's role lets the agent read config maps")
+	}
+	const ns = "rxlane-test"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := admin.CoreV1().Pods(ns)
+
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	bridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
+	before := testbedtest.Snapshot(t, tb)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
+socket: %s/sock/agent.sock
+lanes:
+  - netns: %s
+    trust_outer_csum: true
+    workloads: true
+kubernetes:
+  node_name: node-x
+  kubeconfig: %s
+`, dir, dir, tb.NS(testbed.HostB), c.Kubeconfig(t, kubetest.Agent)))
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+
+	ctrB := testbed.OverlayB.String()
+	web := mkPod(t, admin, ns, "web", "node-x", false, map[string]string{workload.AnnotationLane: "high", workload.AnnotationPorts: "7000", workload.AnnotationProto: "udp"}, ctrB)
+	mkPod(t, admin, ns, "elsewhere", "node-y", false, map[string]string{workload.AnnotationLane: "high"}, "10.99.1.2")
+	mkPod(t, admin, ns, "plain", "node-x", false, nil, "10.99.0.3")
+	mkPod(t, admin, ns, "hostnet", "node-x", true, map[string]string{workload.AnnotationLane: "high"}, "192.0.2.10")
+	batch := mkPod(t, admin, ns, "batch", "node-x", false, map[string]string{workload.AnnotationLane: "high", workload.AnnotationPorts: "9000"}, "10.99.0.4")
+
+	a, stop := startAgent(t, Options{ConfigFile: file})
+	st := a.Stores()[0]
+	// kube is "uid:ports:ips" of each kubernetes workload, by key.
+	kube := func() string {
+		var k []string
+		for _, w := range a.WorkloadsOf(workload.SourceKubernetes) {
+			k = append(k, fmt.Sprintf("%s:%s:%v", w.ID, w.Ports, w.IPs))
+		}
+		return strings.Join(k, ",")
+	}
+	webW := func(ports string) string { return fmt.Sprintf("%s:%s:[%s]", web, ports, ctrB) }
+	batchW := fmt.Sprintf("%s:9000:[10.99.0.4]", batch)
+	sorted := func(a, b string) string {
+		if a > b {
+			a, b = b, a
+		}
+		return a + "," + b
+	}
+	waitFor(t, "node-x's annotated pods as workloads", func() bool { return kube() == sorted(webW("7000"), batchW) })
+	send(t, tb, 7000, 20)
+	if n, _ := rulePackets(t, st, 7000); n != 20 {
+		t.Fatalf("the pod's rule counted %d, want 20", n)
+	}
+
+	// The annotation changed: the lane follows.
+	patch := func(name, annotations string) {
+		t.Helper()
+		p := fmt.Sprintf(`{"metadata":{"annotations":%s}}`, annotations)
+		if _, err := pods.Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch("web", `{"rxlane.io/ports":"7001"}`)
+	waitFor(t, "the new ports", func() bool { return kube() == sorted(webW("7001"), batchW) })
+	send(t, tb, 7001, 5)
+	if n, _ := rulePackets(t, st, 7001); n != 5 {
+		t.Fatalf("the changed rule counted %d, want 5", n)
+	}
+	if _, ok := rulePackets(t, st, 7000); ok {
+		t.Fatal("the old port's rule is still there")
+	}
+	// A pod asking to skip policy: refused, its lane goes; the lane
+	// itself still skips nothing (the config says so, not the pod).
+	patch("web", `{"rxlane.io/lane":"skip-policy"}`)
+	waitFor(t, "the refused request removed", func() bool { return kube() == batchW })
+	if _, ok := rulePackets(t, st, 7001); ok {
+		t.Fatal("a refused request kept its rule")
+	}
+	patch("web", `{"rxlane.io/lane":"high","rxlane.io/skip-netfilter":"true"}`)
+	waitFor(t, "the lane back, the skip ignored", func() bool { return kube() == sorted(webW("7001"), batchW) })
+	if a.Config().Lanes[0].SkipNetfilter {
+		t.Fatal("a pod's annotation changed the lane's netfilter setting")
+	}
+
+	// Deleted while the agent runs.
+	if err := pods.Delete(ctx, "batch", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted pod's workload gone", func() bool { return kube() == webW("7001") })
+	// Deleted while the agent is down: the start's resync removes it
+	// (the workloads were kept across the restart).
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Delete(ctx, "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	a, stop = startAgent(t, Options{ConfigFile: file})
+	waitFor(t, "the resync after the restart", func() bool { return kube() == "" })
+	if ls := a.Status().Lanes[0]; len(ls.Rules) != 0 {
+		t.Fatalf("lane rules after the pods went: %+v", ls.Rules)
+	}
+	// The kubernetes section removed: the watcher's workloads of the
+	// earlier run are dropped (nothing would keep them current).
+	late := mkPod(t, admin, ns, "late", "node-x", false, map[string]string{workload.AnnotationLane: "high"}, "10.99.0.5")
+	waitFor(t, "the late pod's workload", func() bool { return kube() == late+"::[10.99.0.5]" })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeConfig(t, file, string(text[:strings.Index(string(text), "kubernetes:")]))
+	a, stop = startAgent(t, Options{ConfigFile: file})
+	if k := kube(); k != "" {
+		t.Fatalf("kubernetes workloads without a kubernetes section: %s", k)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if after := testbedtest.Snapshot(t, tb); after != before {
+		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// mkPod creates a pod bound to node and writes its status as the node's
+// kubelet would (Running, status.podIPs = ip). It returns the pod's UID.
+func mkPod(t *testing.T, cs kubernetes.Interface, ns, name, node string, hostNet bool, ann map[string]string, ip string) string {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
+		Spec: corev1.PodSpec{NodeName: node, HostNetwork: hostNet,
+			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/none"}}},
+	}
+	p, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	if hostNet {
+		p.Status.HostIP = ip
+	}
+	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netip.ParseAddr(ip); err != nil {
+		t.Fatal(err)
+	}
+	return string(p.UID)
+}

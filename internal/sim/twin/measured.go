@@ -1,0 +1,399 @@
+package twin
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+)
+
+// Spread is a median over repetitions and its range (bench.Spread).
+type Spread struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+// MeasuredCase is one measured bench case. Statistics the source does not
+// give are nil.
+type MeasuredCase struct {
+	Bench        string  `json:"bench"`
+	Mode         string  `json:"mode"`
+	RatePPS      float64 `json:"rate_pps"`
+	Flows        int     `json:"flows,omitempty"`
+	P50Us        *Spread `json:"p50_us,omitempty"`
+	P99Us        *Spread `json:"p99_us,omitempty"`
+	DeliveredPPS *Spread `json:"delivered_pps,omitempty"`
+	RxBusyPct    *Spread `json:"rx_busy_pct,omitempty"`
+	RxUsPerPkt   *Spread `json:"rx_us_per_pkt,omitempty"`
+	AppBusyPct   *Spread `json:"app_busy_pct,omitempty"`
+}
+
+// Measured is a set of measured cases: the twin's own format
+// (Format = MeasuredFormat), or read from a bench JSON report.
+type Measured struct {
+	Format string `json:"format"`
+	// Source says which run and command (for people).
+	Source string `json:"source"`
+	// Note: the runs and commands in full (for people).
+	Note  string         `json:"note,omitempty"`
+	Reps  int            `json:"reps"`
+	Cases []MeasuredCase `json:"cases"`
+	// RxCPU, AppCPU: the layout the bench ran (from a bench report; the
+	// twin's format may leave them 0 and 0, meaning 1 and 0).
+	RxCPU  int `json:"rx_cpu,omitempty"`
+	AppCPU int `json:"app_cpu,omitempty"`
+}
+
+// MeasuredFormat marks the twin's own measured-file format.
+const MeasuredFormat = "rxlane-twin-measured/1"
+
+// benchReport is the part of `rxlane bench compare --json` and `rxlane
+// bench latency --json` the twin reads.
+type benchReport struct {
+	Testbed struct {
+		Layout string `json:"layout"`
+		RxCPU  int    `json:"rx_cpu"`
+		AppCPU int    `json:"app_cpu"`
+	} `json:"testbed"`
+	Options struct {
+		Reps int `json:"reps"`
+	} `json:"options"`
+	Cases []struct {
+		Mode           string  `json:"mode"`
+		Path           string  `json:"path"`
+		Load           string  `json:"load"`
+		BgRatePPS      float64 `json:"bg_rate_pps"`
+		P50            *Spread `json:"p50_us"`
+		P99            *Spread `json:"p99_us"`
+		BgDeliveredPPS *Spread `json:"bg_delivered_pps"`
+		RxCPUBusyPct   *Spread `json:"rx_cpu_busy_pct"`
+		RxCPUUsPerBg   *Spread `json:"rx_cpu_us_per_bg_pkt"`
+		BgSentPPS      *Spread `json:"bg_sent_pps"`
+		Reps           []struct {
+			BgSentPPS float64 `json:"bg_sent_pps"`
+			CPUs      []struct {
+				CPU     int     `json:"cpu"`
+				BusyPct float64 `json:"busy_pct"`
+			} `json:"cpus"`
+		} `json:"reps"`
+	} `json:"cases"`
+}
+
+// LoadMeasured reads a measured file: the twin's format, or the JSON of
+// `rxlane bench compare` or `rxlane bench latency` (--json / --json-out).
+func LoadMeasured(path string) (*Measured, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read measured file: %w", ErrInput, err)
+	}
+	var probe struct {
+		Format string            `json:"format"`
+		Cases  []json.RawMessage `json:"cases"`
+		Points []json.RawMessage `json:"points"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("%w: measured file %s is not JSON: %w", ErrInput, path, err)
+	}
+	if probe.Format == MeasuredFormat {
+		var m Measured
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("%w: measured file %s: %w", ErrInput, path, err)
+		}
+		if m.RxCPU == 0 && m.AppCPU == 0 {
+			m.RxCPU = 1
+		}
+		return &m, m.check(path)
+	}
+	if probe.Format != "" {
+		return nil, fmt.Errorf("%w: measured file %s: format %q is not %s", ErrInput, path, probe.Format, MeasuredFormat)
+	}
+	if len(probe.Points) > 0 && len(probe.Cases) == 0 {
+		return loadThroughputCompare(path, b)
+	}
+	var br benchReport
+	if err := json.Unmarshal(b, &br); err != nil || len(br.Cases) == 0 {
+		return nil, fmt.Errorf("%w: measured file %s is neither a twin measured file (format %q) nor a 'rxlane bench compare/latency --json' report with cases, nor a 'bench throughput --compare' report with points", ErrInput, path, MeasuredFormat)
+	}
+	if br.Testbed.Layout != "" && br.Testbed.Layout != "nic" {
+		return nil, fmt.Errorf("%w: measured file %s: testbed layout %s; the twin models layout nic", ErrInput, path, br.Testbed.Layout)
+	}
+	m := &Measured{Format: MeasuredFormat, Source: path, Reps: br.Options.Reps, RxCPU: br.Testbed.RxCPU, AppCPU: br.Testbed.AppCPU}
+	for _, c := range br.Cases {
+		if c.Path != "" && c.Path != "overlay" {
+			continue
+		}
+		mode := c.Mode
+		if mode == "" {
+			mode = ModeVanilla
+		}
+		if mode != ModeVanilla && mode != ModeLanesSync && mode != ModeLanesQueue {
+			continue // vanilla-normal: another application priority, not modelled
+		}
+		rate := c.BgRatePPS
+		if c.Load == "idle" {
+			rate = 0
+		} else if rate == 0 && c.BgSentPPS != nil {
+			rate = roundRate(c.BgSentPPS.Median)
+		}
+		mc := MeasuredCase{Bench: BenchLatency, Mode: mode, RatePPS: rate, P50Us: c.P50, P99Us: c.P99, RxBusyPct: c.RxCPUBusyPct}
+		if rate > 0 {
+			mc.DeliveredPPS, mc.RxUsPerPkt = c.BgDeliveredPPS, c.RxCPUUsPerBg
+		}
+		var app []float64
+		for _, r := range c.Reps {
+			for _, u := range r.CPUs {
+				if u.CPU == m.AppCPU {
+					app = append(app, u.BusyPct)
+				}
+			}
+		}
+		if len(app) > 0 {
+			s := spreadOf(app)
+			mc.AppBusyPct = &s
+		}
+		m.Cases = append(m.Cases, mc)
+	}
+	return m, m.check(path)
+}
+
+func (m *Measured) check(path string) error {
+	if len(m.Cases) == 0 {
+		return fmt.Errorf("%w: measured file %s has no case the twin models (overlay; vanilla, lanes-sync, lanes-queue, steer-static, steer-dynamic)", ErrInput, path)
+	}
+	for i := range m.Cases {
+		c := Case{Bench: m.Cases[i].Bench, Mode: m.Cases[i].Mode, RatePPS: m.Cases[i].RatePPS, Flows: m.Cases[i].Flows}
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("measured file %s: cases[%d]: %w", path, i, err)
+		}
+		m.Cases[i].Bench, m.Cases[i].Flows = c.Bench, c.Flows
+	}
+	return nil
+}
+
+// roundRate rounds a sent rate to the offered rate it most likely was
+// (the nearest 10 kpps).
+func roundRate(r float64) float64 { return math.Round(r/1e4) * 1e4 }
+
+func spreadOf(v []float64) Spread {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Spread{Median: med, Min: s[0], Max: s[len(s)-1]}
+}
+
+// Find returns the measured case matching c, if any.
+func (m *Measured) Find(c Case) (MeasuredCase, bool) {
+	for _, x := range m.Cases {
+		if x.Bench == c.Bench && x.Mode == c.Mode && math.Abs(x.RatePPS-c.RatePPS) < 1 && (x.Flows == c.Flows || (x.Flows <= 1 && c.Flows <= 1)) {
+			return x, true
+		}
+	}
+	return MeasuredCase{}, false
+}
+
+// Calibrate builds the twin of the node from a trace taken under the
+// vanilla latency bench at one background rate, and the untraced
+// measurements of that case (calib: bench compare/latency reports or twin
+// measured files). The first file holding the vanilla busy case at that
+// rate gives the tracer correction, the application CPU's time per
+// packet (against the same file's idle case) and the round trip outside
+// the receive path; a file holding a lane's case and vanilla's at that
+// rate gives the lane's extra wire cost (the difference of the two, in
+// the same run). Nothing else is fitted: every other case is predicted
+// from this.
+func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error) {
+	if len(calib) == 0 {
+		return nil, fmt.Errorf("%w: no calibration measurement", ErrInput)
+	}
+	tr, err := readTrace(tracePath)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := CalibrateTrace(tr)
+	if err != nil {
+		return nil, err
+	}
+	if rate == 0 {
+		// the only vanilla busy latency case
+		for _, m := range calib {
+			for _, c := range m.Cases {
+				if c.Bench == BenchLatency && c.Mode == ModeVanilla && c.RatePPS > 0 {
+					if rate != 0 && rate != c.RatePPS {
+						return nil, fmt.Errorf("%w: the calibration files have vanilla cases at several rates (%.0f, %.0f pps); name one with --calib-rate", ErrInput, rate, c.RatePPS)
+					}
+					rate = c.RatePPS
+				}
+			}
+		}
+	}
+	var (
+		van MeasuredCase
+		src *Measured
+	)
+	for _, m := range calib {
+		if c, ok := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: rate, Flows: 1}); ok && rate > 0 {
+			van, src = c, m
+			break
+		}
+	}
+	if src == nil {
+		return nil, fmt.Errorf("%w: the calibration files have no vanilla latency case under background load (%.0f pps): measure it with 'rxlane bench compare --modes vanilla --bg-rates RATE' next to the trace", ErrInput, rate)
+	}
+	if van.P50Us == nil || van.RxUsPerPkt == nil || van.DeliveredPPS == nil || van.DeliveredPPS.Median <= 0 {
+		return nil, fmt.Errorf("%w: the calibration case (vanilla, %.0f pps) lacks p50, receive-CPU time per packet or delivered rate", ErrInput, rate)
+	}
+	n := &Node{Traced: tc, RxCPU: src.RxCPU, AppCPU: src.AppCPU, RingSize: 256, Batch: tc.BatchMode, CalibRatePPS: rate, IPINs: 500}
+	if n.RxCPU == n.AppCPU {
+		return nil, fmt.Errorf("%w: the calibration run has the receive and application CPU both %d; the twin models the nic layout (two CPUs)", ErrInput, n.RxCPU)
+	}
+	n.CPUs = max(n.RxCPU, n.AppCPU) + 1
+	// the application CPU's time per background packet: its busy time
+	// under load minus idle, in the first file that has both for vanilla
+	// (the calibration case's file first)
+	appNote := ""
+	for _, m := range append([]*Measured{src}, calib...) {
+		idle, ok := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1})
+		if !ok || idle.AppBusyPct == nil {
+			continue
+		}
+		for _, c := range m.Cases {
+			if c.Bench == BenchLatency && c.Mode == ModeVanilla && c.RatePPS > 0 && c.AppBusyPct != nil && c.DeliveredPPS != nil && c.DeliveredPPS.Median > 0 {
+				n.AppNsPerPkt = round1(math.Max(0, c.AppBusyPct.Median-idle.AppBusyPct.Median) / 100 / c.DeliveredPPS.Median * 1e9)
+				appNote = fmt.Sprintf("busy %.1f%% at %.0f kpps minus %.1f%% idle (%s)", c.AppBusyPct.Median, c.DeliveredPPS.Median/1e3, idle.AppBusyPct.Median, m.Source)
+				break
+			}
+		}
+		if appNote != "" {
+			break
+		}
+	}
+	if appNote == "" {
+		return nil, fmt.Errorf("%w: no calibration file has the application CPU's busy time of vanilla idle and under load (a 'bench compare' JSON with per-repetition CPUs has)", ErrInput)
+	}
+	// the receive CPU's wake-up cost, from its busy time per request at
+	// idle in the calibration case's file (0 if it has no idle case)
+	wakeNote := "no idle case with the receive CPU's busy time: wake-up cost 0"
+	idleRx := 0.0
+	if idle, ok := src.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1}); ok && idle.RxBusyPct != nil {
+		idleRx = idle.RxBusyPct.Median / 100 / probeRate * 1e9
+	}
+	// tracer correction and wake-up cost: fixed-point steps on the
+	// receive CPU's time per packet (nearly proportional to the scale)
+	// and per idle request (wake-up plus the request's own path)
+	s := 1.0
+	for i := 0; i < 4; i++ {
+		_, us, err := n.rawLatency(rate, s)
+		if err != nil {
+			return nil, err
+		}
+		if us <= 0 {
+			return nil, fmt.Errorf("%w: the model delivers nothing at the calibration rate %.0f pps", ErrInput, rate)
+		}
+		s *= van.RxUsPerPkt.Median / us
+		if idleRx > 0 {
+			path := s * (tc.Wire.PerPacketNs + tc.GRO.PerPacketNs + tc.Backlog.PerPacketNs + tc.Wire.PollNs + tc.GRO.PollNs + tc.Backlog.PollNs)
+			n.WakeNs = round1(math.Max(0, idleRx-path))
+			wakeNote = fmt.Sprintf("wake-up %.0f ns: receive CPU busy %.0f ns per request at idle minus the request's path %.0f ns", n.WakeNs, idleRx, path)
+		}
+	}
+	n.Scale = math.Round(s*1000) / 1000
+	p50, _, err := n.rawLatency(rate, n.Scale)
+	if err != nil {
+		return nil, err
+	}
+	n.BaseRTTUs = round1(van.P50Us.Median - p50)
+	n.Notes = append(n.Notes,
+		fmt.Sprintf("stage costs: trace %s (%s on CPU %d: wire %s, gro %s, backlog %s)", tracePath, tc.Wire.Device, tc.Wire.CPU, tc.Wire.Method, tc.GRO.Method, tc.Backlog.Method),
+		fmt.Sprintf("scale %.3f: untraced receive CPU %.2f us per packet at %.0f kpps (%s)", n.Scale, van.RxUsPerPkt.Median, rate/1e3, src.Source),
+		fmt.Sprintf("base RTT %.1f us: measured p50 %.1f us minus the model's receive latency %.1f us at %.0f kpps", n.BaseRTTUs, van.P50Us.Median, p50, rate/1e3),
+		fmt.Sprintf("application CPU %d: %.0f ns per background packet: %s", n.AppCPU, n.AppNsPerPkt, appNote),
+		wakeNote,
+		"IPI 500 ns: not measured (falcon-vm.yaml's assumption)")
+	for _, lm := range []struct {
+		mode string
+		dst  *float64
+	}{{ModeLanesSync, &n.LaneSyncNs}, {ModeLanesQueue, &n.LaneQueueNs}} {
+		found := false
+		for _, m := range calib {
+			l, ok1 := m.Find(Case{Bench: BenchLatency, Mode: lm.mode, RatePPS: rate, Flows: 1})
+			v, ok2 := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: rate, Flows: 1})
+			if !ok1 || !ok2 || l.RxUsPerPkt == nil || v.RxUsPerPkt == nil {
+				continue
+			}
+			*lm.dst = round1(math.Max(0, (l.RxUsPerPkt.Median-v.RxUsPerPkt.Median)*1000))
+			n.Notes = append(n.Notes, fmt.Sprintf("%s: %.0f ns per packet more receive-CPU time than vanilla at %.0f kpps in the same run (%s), charged to the wire stage", lm.mode, *lm.dst, rate/1e3, m.Source))
+			found = true
+			break
+		}
+		if !found {
+			n.Notes = append(n.Notes, fmt.Sprintf("%s: not measured at %.0f kpps beside vanilla: its extra wire cost is taken as 0", lm.mode, rate/1e3))
+		}
+	}
+	return n, nil
+}
+
+// Merge joins measured sets; a case present in several keeps the first
+// one's numbers (so the first file's vanilla is the calibration's).
+func Merge(ms ...*Measured) *Measured {
+	out := &Measured{Format: MeasuredFormat}
+	var src []string
+	for i, m := range ms {
+		if i == 0 {
+			out.RxCPU, out.AppCPU, out.Reps = m.RxCPU, m.AppCPU, m.Reps
+		}
+		src = append(src, m.Source)
+		for _, c := range m.Cases {
+			if _, dup := out.Find(Case{Bench: c.Bench, Mode: c.Mode, RatePPS: c.RatePPS, Flows: c.Flows}); !dup {
+				out.Cases = append(out.Cases, c)
+			}
+		}
+	}
+	out.Source = strings.Join(src, " + ")
+	return out
+}
+
+// throughputCompare is the part of `rxlane bench throughput --compare
+// --json` the twin reads (experiments.ThroughputCompareReport).
+type throughputCompare struct {
+	Testbed struct {
+		Layout string `json:"layout"`
+		RxCPU  int    `json:"rx_cpu"`
+		AppCPU int    `json:"app_cpu"`
+	} `json:"testbed"`
+	Reps   int `json:"reps"`
+	Points []struct {
+		Variant      string  `json:"variant"`
+		Flows        int     `json:"flows"`
+		OfferedPPS   float64 `json:"offered_pps"`
+		DeliveredPPS *Spread `json:"delivered_pps"`
+	} `json:"points"`
+}
+
+// steerVariants maps bench throughput --compare's variants to the twin's
+// modes (the others, cpumap and the --local ones, are not modelled).
+var steerVariants = map[string]string{"vanilla": ModeVanilla, "static": ModeSteerStatic, "dynamic": ModeSteerDynamic}
+
+func loadThroughputCompare(path string, b []byte) (*Measured, error) {
+	var tc throughputCompare
+	if err := json.Unmarshal(b, &tc); err != nil {
+		return nil, fmt.Errorf("%w: measured file %s: %w", ErrInput, path, err)
+	}
+	if tc.Testbed.Layout != "" && tc.Testbed.Layout != "nic" {
+		return nil, fmt.Errorf("%w: measured file %s: testbed layout %s; the twin models layout nic", ErrInput, path, tc.Testbed.Layout)
+	}
+	m := &Measured{Format: MeasuredFormat, Source: path, Reps: tc.Reps, RxCPU: tc.Testbed.RxCPU, AppCPU: tc.Testbed.AppCPU}
+	for _, p := range tc.Points {
+		mode, ok := steerVariants[p.Variant]
+		if !ok {
+			continue
+		}
+		m.Cases = append(m.Cases, MeasuredCase{Bench: BenchThroughput, Mode: mode, RatePPS: p.OfferedPPS, Flows: p.Flows, DeliveredPPS: p.DeliveredPPS})
+	}
+	return m, m.check(path)
+}

@@ -1,0 +1,310 @@
+package twin
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/rxlane/rxlane/internal/sim"
+)
+
+// Modes the twin predicts: the bench's latency modes (bench compare) and
+// steering's (bench throughput --compare).
+const (
+	ModeVanilla      = "vanilla"
+	ModeLanesSync    = "lanes-sync"
+	ModeLanesQueue   = "lanes-queue"
+	ModeSteerStatic  = "steer-static"
+	ModeSteerDynamic = "steer-dynamic"
+)
+
+// Modes lists every mode in the order tables show them.
+var Modes = []string{ModeVanilla, ModeLanesSync, ModeLanesQueue, ModeSteerStatic, ModeSteerDynamic}
+
+// Bench kinds: which bench a case models.
+const (
+	BenchLatency    = "latency"    // bench compare: request/response + flood
+	BenchThroughput = "throughput" // bench throughput --compare: flood into a sink
+)
+
+// Node is a calibrated twin of one node: everything a prediction needs,
+// derived once (Calibrate) from one trace and one untraced measurement at
+// the same load. It is what `rxlane sim twin --json` prints under "node".
+type Node struct {
+	Traced TracedCosts `json:"traced"`
+	// Scale: tracer correction, untraced receive-CPU time per packet at
+	// the calibration load over the traced model's.
+	Scale float64 `json:"scale"`
+	// CPUs, RxCPU, AppCPU: the bench's layout (nic): every receive stage
+	// on RxCPU, generator, sink, prober and echo server on AppCPU.
+	CPUs     int `json:"cpus"`
+	RxCPU    int `json:"rx_cpu"`
+	AppCPU   int `json:"app_cpu"`
+	RingSize int `json:"ring_size"`
+	// Batch: the generator's send batch (packets back to back).
+	Batch int `json:"batch"`
+	// CalibRatePPS: the background rate of the calibration case.
+	CalibRatePPS float64 `json:"calib_rate_pps"`
+	// AppNsPerPkt: application-CPU time per delivered background packet
+	// at the calibration load (generator + sink; prober and echo server
+	// included), charged to the sink in the model.
+	AppNsPerPkt float64 `json:"app_ns_per_pkt"`
+	// BaseRTTUs: the round trip outside the modelled receive path
+	// (sender, echo server, reply path), measured p50 minus the model's
+	// receive latency p50 at the calibration load.
+	BaseRTTUs float64 `json:"base_rtt_us"`
+	// LaneSyncNs, LaneQueueNs: extra wire-stage time per packet with the
+	// sync lane's tc program or the queue lane's XDP program (the veth's
+	// skb-to-XDP copy) attached: the receive-CPU time per packet of that
+	// mode minus vanilla's at the calibration load (0: not measured).
+	LaneSyncNs  float64 `json:"lane_sync_ns"`
+	LaneQueueNs float64 `json:"lane_queue_ns"`
+	// WakeNs: what the receive CPU pays to leave idle (halt exit, the
+	// NAPI kthread's wake-up): its busy time per request at idle minus
+	// the request's receive path in the model.
+	WakeNs float64 `json:"wake_ns"`
+	// IPINs: the cost of a cross-CPU stage hop's IPI (not traced; the
+	// falcon-vm.yaml assumption).
+	IPINs float64 `json:"ipi_ns"`
+	// Notes say where each number came from.
+	Notes []string `json:"notes"`
+}
+
+// Case is one bench case to predict.
+type Case struct {
+	Bench string `json:"bench"`
+	Mode  string `json:"mode"`
+	// RatePPS is the background rate (0: idle).
+	RatePPS float64 `json:"rate_pps"`
+	// Flows: background flows (throughput bench; default 1).
+	Flows int `json:"flows"`
+	// CPUs: 0 = the node's.
+	CPUs int `json:"cpus"`
+}
+
+// Prediction is what the model says the bench measures in one case.
+type Prediction struct {
+	Case
+	P50Us        float64 `json:"p50_us,omitempty"`
+	P99Us        float64 `json:"p99_us,omitempty"`
+	DeliveredPPS float64 `json:"delivered_pps"`
+	RxBusyPct    float64 `json:"rx_busy_pct"`
+	AppBusyPct   float64 `json:"app_busy_pct"`
+	// RxUsPerPkt: receive-CPU time per delivered background packet.
+	RxUsPerPkt float64 `json:"rx_us_per_pkt,omitempty"`
+	// HighLost: high-priority requests dropped in the model.
+	HighLost int64 `json:"high_lost,omitempty"`
+	// SteeredFraction: the share of the window the closed loop held the
+	// steered placement (steer modes).
+	SteeredFraction *float64 `json:"steered_fraction,omitempty"`
+}
+
+// Simulated time per prediction: long enough for ~1600 requests at the
+// bench's 2000/s (a p99 from 16 samples above it).
+const (
+	runMs  = 900
+	warmMs = 100
+	// probeRate is the bench's high-priority request rate (bench compare
+	// default --rate 2000).
+	probeRate = 2000
+)
+
+// Validate checks a case against the modes and benches the twin knows.
+func (c *Case) Validate() error {
+	switch c.Bench {
+	case "":
+		c.Bench = BenchLatency
+		if c.Mode == ModeSteerStatic || c.Mode == ModeSteerDynamic {
+			c.Bench = BenchThroughput
+		}
+	case BenchLatency, BenchThroughput:
+	default:
+		return fmt.Errorf("%w: bench %q: want %s or %s", ErrInput, c.Bench, BenchLatency, BenchThroughput)
+	}
+	known := false
+	for _, m := range Modes {
+		known = known || m == c.Mode
+	}
+	if !known {
+		return fmt.Errorf("%w: mode %q: want one of vanilla, lanes-sync, lanes-queue, steer-static, steer-dynamic", ErrInput, c.Mode)
+	}
+	if c.Bench == BenchLatency && (c.Mode == ModeSteerStatic || c.Mode == ModeSteerDynamic) {
+		return fmt.Errorf("%w: mode %s is measured by the throughput bench (bench throughput --compare), not the latency bench", ErrInput, c.Mode)
+	}
+	if c.Bench == BenchThroughput && (c.Mode == ModeLanesSync || c.Mode == ModeLanesQueue) {
+		return fmt.Errorf("%w: mode %s is measured by the latency bench (bench compare), not the throughput bench", ErrInput, c.Mode)
+	}
+	if c.RatePPS < 0 || c.RatePPS > 10e6 || math.IsNaN(c.RatePPS) {
+		return fmt.Errorf("%w: rate %g: want 0 (idle) to 10000000 packets/s", ErrInput, c.RatePPS)
+	}
+	if c.Bench == BenchThroughput && c.RatePPS == 0 {
+		return fmt.Errorf("%w: the throughput bench needs a rate > 0", ErrInput)
+	}
+	if c.Flows == 0 {
+		c.Flows = 1
+	}
+	if c.Flows < 0 || c.Flows > 64 {
+		return fmt.Errorf("%w: flows %d: want 1 to 64", ErrInput, c.Flows)
+	}
+	if c.CPUs < 0 || c.CPUs == 1 || c.CPUs > 64 {
+		return fmt.Errorf("%w: cpus %d: want 2 to 64 (0: the node's)", ErrInput, c.CPUs)
+	}
+	return nil
+}
+
+// Scenario builds the sim scenario of case c on node n (validated).
+func (n *Node) Scenario(c Case) (*sim.Scenario, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return n.scenario(c, n.Scale)
+}
+
+func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
+	cpus := n.CPUs
+	if c.CPUs > 0 {
+		cpus = c.CPUs
+	}
+	app, rx := n.AppCPU, n.RxCPU
+	if app >= cpus || rx >= cpus {
+		return nil, fmt.Errorf("%w: %d CPUs: the node's app CPU %d and receive CPU %d must exist", ErrInput, cpus, app, rx)
+	}
+	tr := n.Traced
+	wireNs := scale * tr.Wire.PerPacketNs
+	switch c.Mode {
+	case ModeLanesSync:
+		wireNs += n.LaneSyncNs
+	case ModeLanesQueue:
+		wireNs += n.LaneQueueNs
+	}
+	// one poll_ns for all stages: the kernel's per-poll overhead, the
+	// sample-weighted mean of the fitted ones (as sim's calibrate_from)
+	var pw, pn float64
+	for _, s := range []StageCost{tr.Wire, tr.GRO, tr.Backlog} {
+		pw += float64(s.Samples)
+		pn += float64(s.Samples) * s.PollNs
+	}
+	sc := &sim.Scenario{
+		Name:        fmt.Sprintf("twin-%s-%s-%.0fk", c.Bench, c.Mode, c.RatePPS/1e3),
+		Description: "rxlane sim twin: the testbed's nic layout as the bench runs it (docs/sim.md, The twin)",
+		Seed:        1,
+		DurationMs:  runMs,
+		WarmupMs:    warmMs,
+		CPUs:        cpus,
+		Kernel:      sim.Kernel{ISRNs: 0, IPINs: n.IPINs, WakeNs: n.WakeNs, PollNs: round1(scale * pn / math.Max(pw, 1))},
+		NIC:         sim.NIC{RSSCPUs: []int{rx}, RingSize: n.RingSize},
+		Stages: []sim.StageSpec{
+			{Name: "wire", Kind: "nic", Cost: sim.Cost{Ns: round1(wireNs)}},
+			{Name: "vxlan", Kind: "gro", Cost: sim.Cost{Ns: round1(scale * tr.GRO.PerPacketNs)}},
+			{Name: "veth", Kind: "backlog", Cost: sim.Cost{Ns: round1(scale * tr.Backlog.PerPacketNs)}},
+		},
+	}
+	appCPU := app
+	// the sink's socket never fills (the bench's sink reads everything
+	// it is given), so delivered counts what reached it; its own CPU time
+	// is in the generator's
+	sc.Apps = []sim.AppSpec{{Name: "sink", CPU: &appCPU, Cost: sim.Cost{Ns: 1}, SocketLimit: 1 << 22}}
+	if c.RatePPS > 0 {
+		// the generator and the sink: their application-CPU time per
+		// background packet, as a load on the application CPU in
+		// per-packet chunks (which of it is non-preemptible is not
+		// known; see docs/sim.md, The twin); the packets themselves
+		// arrive on the generator's schedule, in its batches
+		sc.Apps = append(sc.Apps, sim.AppSpec{Name: "generator", CPU: &appCPU, Cost: sim.Cost{Ns: round1(n.AppNsPerPkt)}, PeriodUs: 1e6 / c.RatePPS})
+		rate := c.RatePPS / float64(c.Flows)
+		for i := 0; i < c.Flows; i++ {
+			name := "background"
+			if c.Flows > 1 {
+				name = fmt.Sprintf("background%d", i)
+			}
+			h := uint32(0x2545f491) + uint32(i)*0x9E3779B9
+			sc.Flows = append(sc.Flows, sim.FlowSpec{Name: name, Lane: "low", Path: []string{"wire", "vxlan", "veth"}, App: "sink", Size: 64, Hash: &h,
+				Arrival: sim.Arrival{Type: "const", RatePps: rate, Batch: n.Batch, StartUs: float64(i) * 1e6 / c.RatePPS}})
+		}
+	}
+	if c.Bench == BenchLatency {
+		echo := app
+		// the echo server's own cost is in BaseRTTUs; 1 ns keeps it a thread
+		sc.Apps = append(sc.Apps, sim.AppSpec{Name: "echo", CPU: &echo, Cost: sim.Cost{Ns: 1}, SocketLimit: 1024})
+		hi := sim.FlowSpec{Name: "request", Lane: "high", Path: []string{"wire", "vxlan", "veth"}, App: "echo", Size: 64,
+			Arrival: sim.Arrival{Type: "poisson", RatePps: probeRate}}
+		switch c.Mode {
+		case ModeLanesSync:
+			// tc at the wire decapsulates and hands the request to the
+			// container's veth peer in the same call: no gro_cells, no
+			// backlog queue; the container's IP/UDP runs inline
+			hi.Path = []string{"wire", "veth"}
+			hi.Inline = true
+		case ModeLanesQueue:
+			// XDP at the wire redirects the request into the container
+			// veth's own NAPI ring (same CPU), polled like gro_cells
+			sc.Stages = append(sc.Stages, sim.StageSpec{Name: "lane", Kind: "gro", Cost: sim.Cost{Ns: round1(scale * tr.Backlog.PerPacketNs)}})
+			hi.Path = []string{"wire", "lane"}
+		}
+		sc.Flows = append(sc.Flows, hi)
+	}
+	if c.Mode == ModeSteerStatic || c.Mode == ModeSteerDynamic {
+		sc.Steering = sim.Steering{Mode: "falcon", Static: c.Mode == ModeSteerStatic, Loop: &sim.LoopSpec{}}
+	}
+	if err := sc.Normalize(); err != nil {
+		return nil, fmt.Errorf("twin scenario: %w", err)
+	}
+	return sc, nil
+}
+
+// Predict runs case c on node n.
+func (n *Node) Predict(c Case) (Prediction, error) {
+	if err := c.Validate(); err != nil {
+		return Prediction{}, err
+	}
+	return n.predict(c, n.Scale)
+}
+
+func (n *Node) predict(c Case, scale float64) (Prediction, error) {
+	sc, err := n.scenario(c, scale)
+	if err != nil {
+		return Prediction{}, err
+	}
+	r := sim.Run(sc)
+	p := Prediction{Case: c}
+	var bgDelivered float64
+	for _, f := range r.Flows {
+		switch f.Name {
+		case "request":
+			p.P50Us = f.Latency.P50 + n.BaseRTTUs
+			p.P99Us = f.Latency.P99 + n.BaseRTTUs
+			p.HighLost = f.Dropped
+		default:
+			// packets that reached the sink's socket (sent in the window
+			// and not dropped on the way), whether or not it read them
+			bgDelivered += float64(f.Sent-f.Dropped) / r.WindowS
+		}
+	}
+	p.DeliveredPPS = bgDelivered
+	for _, cr := range r.CPUs {
+		busy := 100 * (1 - cr.Idle)
+		switch cr.ID {
+		case n.RxCPU:
+			p.RxBusyPct = busy
+		case n.AppCPU:
+			p.AppBusyPct = busy
+		}
+	}
+	if bgDelivered > 0 {
+		p.RxUsPerPkt = p.RxBusyPct / 100 / bgDelivered * 1e6
+	}
+	if r.Loop != nil {
+		f := r.Loop.SteeredFraction
+		p.SteeredFraction = &f
+	}
+	return p, nil
+}
+
+// rawLatencyP50 is the model's receive latency p50 of the request (no
+// base) at rate on node n with the given scale.
+func (n *Node) rawLatency(rate, scale float64) (p50 float64, rxUsPerPkt float64, err error) {
+	base := n.BaseRTTUs
+	n.BaseRTTUs = 0
+	defer func() { n.BaseRTTUs = base }()
+	p, err := n.predict(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: rate, Flows: 1}, scale)
+	return p.P50Us, p.RxUsPerPkt, err
+}

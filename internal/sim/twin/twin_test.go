@@ -1,0 +1,290 @@
+package twin
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/rxlane/rxlane/internal/trace"
+)
+
+const testdata = "../testdata/twin"
+
+// calibrated is the node of the validation: the committed trace (taken
+// at 100 kpps, vanilla, layout nic) with docs/lanes.md's vanilla 150k case
+// for the untraced receive CPU and the base round trip, and the committed
+// 100 kpps compare run for the application CPU.
+func calibrated(t *testing.T) (*Node, *Measured) {
+	t.Helper()
+	docs, err := LoadMeasured(filepath.Join(testdata, "measured-docs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := LoadMeasured(filepath.Join(testdata, "appcpu-compare-100k.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Calibrate(filepath.Join(testdata, "trace-100k.json.gz"), []*Measured{docs, app}, 150e3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, docs
+}
+
+func TestCalibrateTraceThreadedWire(t *testing.T) {
+	tr, err := readTrace(filepath.Join(testdata, "trace-100k.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := CalibrateTrace(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.Wire.Device != "wireB" || tc.GRO.Device != "vxB" || tc.Backlog.Device != "backlog" || tc.Wire.CPU != 1 {
+		t.Fatalf("stages %s/%s/%s on CPU %d, want wireB/vxB/backlog on CPU 1", tc.Wire.Device, tc.GRO.Device, tc.Backlog.Device, tc.Wire.CPU)
+	}
+	if tc.BatchMode != 16 {
+		t.Errorf("batch %d, want the injector's 16", tc.BatchMode)
+	}
+	for _, c := range []StageCost{tc.Wire, tc.GRO, tc.Backlog} {
+		// traced costs of this VM are 1-3 us per packet (docs/steer.md)
+		if c.PerPacketNs < 500 || c.PerPacketNs > 5000 || c.Samples < 1000 {
+			t.Errorf("%s: %+v", c.Device, c)
+		}
+	}
+}
+
+// knownMisses are the goals the model does not meet (docs/sim.md, "The
+// twin": the tail outside the receive path, and 300k, where the machine's
+// wire ring overflows under the generator's catch-up bursts and the
+// model's does not). A new miss fails the test; a fixed one is logged.
+var knownMisses = []string{
+	"latency vanilla idle p99_us",
+	"latency lanes-sync idle p99_us",
+	"latency lanes-queue idle p99_us",
+	"latency lanes-sync 150k p99_us",
+	"latency lanes-queue 150k p99_us",
+	"latency vanilla 300k p50_us",
+	"latency vanilla 300k p99_us",
+	"latency lanes-sync 300k p50_us",
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 150k p50_us lanes-sync vs lanes-queue",
+	"rank latency 300k p50_us vanilla vs lanes-sync",
+}
+
+// TestOutOfSample calibrates once and predicts every other measured case
+// without refitting, against issue 23's goals.
+func TestOutOfSample(t *testing.T) {
+	n, docs := calibrated(t)
+	v, err := Validate(n, docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	v.WriteValidation(&sb)
+	t.Log("\n" + sb.String())
+	known := map[string]bool{}
+	for _, k := range knownMisses {
+		known[k] = true
+	}
+	got := map[string]bool{}
+	for _, m := range v.Misses() {
+		key := m[:strings.Index(m, ":")]
+		got[key] = true
+		if !known[key] {
+			t.Errorf("new miss: %s", m)
+		}
+	}
+	for _, k := range knownMisses {
+		if !got[k] {
+			t.Logf("known miss now met: %s (update knownMisses and docs/sim.md)", k)
+		}
+	}
+	// what holds, stated directly
+	counted := 0
+	for _, r := range v.Rows {
+		if r.Calibration {
+			continue
+		}
+		for _, c := range r.Checks {
+			counted++
+			switch {
+			case c.Stat == "delivered_pps" && !c.Met:
+				t.Errorf("%s %s %.0f: delivered %.0f vs %.0f (%+.0f%%): every delivered rate must be within 15%%", r.Prediction.Bench, r.Prediction.Mode, r.Prediction.RatePPS, c.Pred, c.Median, 100*c.Err)
+			case c.Stat == "p50_us" && r.Prediction.RatePPS <= 150e3 && !c.Met:
+				t.Errorf("%s %.0f: p50 %.1f vs %.1f: p50 must hold up to 150k", r.Prediction.Mode, r.Prediction.RatePPS, c.Pred, c.Median)
+			}
+		}
+	}
+	if counted < 35 {
+		t.Errorf("only %d checks: the measured file lost cases?", counted)
+	}
+	// rankings: only the two known misses (both where the measured
+	// ranges overlap: the model's difference exceeds the overlap)
+	bad := 0
+	for _, k := range v.Ranks {
+		if !k.Met {
+			bad++
+			if !k.Overlap {
+				t.Errorf("model orders %s and %s at %.0f the other way round (%s)", k.A, k.B, k.RatePPS, k.Stat)
+			}
+		}
+	}
+	if bad > 2 || len(v.Ranks) < 20 {
+		t.Errorf("%d of %d rankings missed, want at most 2", bad, len(v.Ranks))
+	}
+}
+
+// TestPredictionIsDeterministic: the same node predicts the same numbers.
+func TestPredictionIsDeterministic(t *testing.T) {
+	n, _ := calibrated(t)
+	c := Case{Mode: ModeLanesSync, RatePPS: 300e3}
+	a, err := n.Predict(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := n.Predict(c)
+	if a.P99Us != b.P99Us || a.DeliveredPPS != b.DeliveredPPS {
+		t.Fatalf("%+v vs %+v", a, b)
+	}
+	// the sync lane skips the gro_cells and backlog queues: never slower
+	// than vanilla for the request at the same load
+	v, _ := n.Predict(Case{Mode: ModeVanilla, RatePPS: 300e3})
+	if a.P50Us > v.P50Us {
+		t.Errorf("lanes-sync p50 %.1f > vanilla %.1f", a.P50Us, v.P50Us)
+	}
+}
+
+func TestErrorsNameTheInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	docs, err := LoadMeasured(filepath.Join(testdata, "measured-docs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, want string
+		run        func() error
+	}{
+		{"missing trace", "read trace", func() error {
+			_, err := Calibrate(filepath.Join(dir, "nope.json"), []*Measured{docs}, 150e3)
+			return err
+		}},
+		{"not a trace", "not a 'rxlane trace napi --json' report", func() error {
+			_, err := Calibrate(write("x.json", "[1,2]"), []*Measured{docs}, 150e3)
+			return err
+		}},
+		{"hand-written trace (no overlay under load)", "is polled after the wire", func() error {
+			_, err := Calibrate("../testdata/trace-overlay.json", []*Measured{docs}, 150e3)
+			return err
+		}},
+		{"no calibration case", "no vanilla latency case", func() error {
+			_, err := Calibrate(filepath.Join(testdata, "trace-100k.json.gz"), []*Measured{docs}, 123e3)
+			return err
+		}},
+		{"bad measured format", "is not rxlane-twin-measured/1", func() error {
+			_, err := LoadMeasured(write("m.json", `{"format":"other/2","cases":[]}`))
+			return err
+		}},
+		{"measured without cases", "neither a twin measured file", func() error {
+			_, err := LoadMeasured(write("e.json", `{"x":1}`))
+			return err
+		}},
+		{"unknown mode", `mode "turbo"`, func() error {
+			c := Case{Mode: "turbo"}
+			return c.Validate()
+		}},
+		{"lane on the throughput bench", "measured by the latency bench", func() error {
+			c := Case{Bench: BenchThroughput, Mode: ModeLanesSync, RatePPS: 1e5}
+			return c.Validate()
+		}},
+		{"negative rate", "rate -1", func() error {
+			c := Case{Mode: ModeVanilla, RatePPS: -1}
+			return c.Validate()
+		}},
+	} {
+		err := tc.run()
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want ErrInput containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestMeasuredFromBenchReport reads a bench compare JSON as committed.
+func TestMeasuredFromBenchReport(t *testing.T) {
+	m, err := LoadMeasured(filepath.Join(testdata, "appcpu-compare-100k.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range m.Cases {
+		got = append(got, c.Mode+"@"+rateName(c.RatePPS))
+	}
+	sort.Strings(got)
+	if strings.Join(got, ",") != "lanes-queue@100k,lanes-queue@idle,vanilla@100k,vanilla@idle" || m.RxCPU != 1 || m.AppCPU != 0 || m.Reps != 5 {
+		t.Fatalf("cases %v, cpus %d/%d, reps %d", got, m.RxCPU, m.AppCPU, m.Reps)
+	}
+	c, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1})
+	if c.AppBusyPct == nil || c.RxUsPerPkt == nil || c.P50Us == nil {
+		t.Fatalf("vanilla 100k: %+v", c)
+	}
+}
+
+// TestTraceKeys: the twin reads trace.Report's JSON keys.
+func TestTraceKeys(t *testing.T) {
+	in := trace.Report{DurationNS: 7, Packets: 12,
+		Polls:      []trace.Poll{{CPU: 1, Seq: 2, Softirq: 3, Iteration: 4, Device: "vxB", Work: 5, TimeNS: 6}},
+		PollCounts: []trace.PollCount{{CPU: 1, Device: "vxB", Polls: 8, Packets: 9}},
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out traceReport
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	pc := out.PollCounts[0]
+	if out.DurationNS != 7 || out.Packets != 12 || out.Polls[0] != (tracePoll{CPU: 1, Seq: 2, Softirq: 3, Iteration: 4, Device: "vxB", Work: 5, TimeNS: 6}) ||
+		pc.CPU != 1 || pc.Device != "vxB" || pc.Polls != 8 || pc.Packets != 9 {
+		t.Fatalf("twin mismatch: %+v", out)
+	}
+}
+
+// TestMeasuredFromThroughputCompare maps bench throughput --compare's
+// variants to the twin's modes and skips the ones it does not model.
+func TestMeasuredFromThroughputCompare(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tc.json")
+	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"reps":5,"points":[
+	 {"variant":"vanilla","flows":1,"offered_pps":150000,"delivered_pps":{"median":149000,"min":148000,"max":149500}},
+	 {"variant":"static","flows":1,"offered_pps":150000,"delivered_pps":{"median":148000,"min":145000,"max":149000}},
+	 {"variant":"cpumap","flows":1,"offered_pps":150000,"delivered_pps":{"median":1,"min":1,"max":1}}]}`
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadMeasured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Cases) != 2 || m.Cases[1].Mode != ModeSteerStatic || m.Cases[1].Bench != BenchThroughput || m.Cases[1].DeliveredPPS.Min != 145000 {
+		t.Fatalf("%+v", m.Cases)
+	}
+	if err := os.WriteFile(p, []byte(strings.Replace(body, `"nic"`, `"rxcore"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadMeasured(p); err == nil || !strings.Contains(err.Error(), "layout rxcore") {
+		t.Fatalf("rxcore accepted: %v", err)
+	}
+}

@@ -1,0 +1,83 @@
+package sim
+
+import (
+	"math"
+	"testing"
+)
+
+// twinBase is one CPU, one NIC stage of 1 us per packet, no overheads.
+func twinBase() *Scenario {
+	return &Scenario{Name: "t", DurationMs: 100, CPUs: 2, NIC: NIC{RSSCPUs: []int{1}},
+		Stages: []StageSpec{{Name: "wire", Kind: "nic", Cost: Cost{Ns: 1000}}, {Name: "b", Kind: "backlog", Cost: Cost{Ns: 1000}}}}
+}
+
+func mustRun(t *testing.T, sc *Scenario) *Result {
+	t.Helper()
+	if err := sc.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	return Run(sc)
+}
+
+// TestConstBatchArrivals: a const flow with batch 16 sends 16 packets back
+// to back every 16/rate, so the first stage sees them queued together.
+func TestConstBatchArrivals(t *testing.T) {
+	sc := twinBase()
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 10000, Batch: 16}}}
+	r := mustRun(t, sc)
+	f := r.Flows[0]
+	if f.Sent != 1008 { // 63 batches in 100 ms (at 0, 1.6 ms, ..., 99.2 ms)
+		t.Errorf("sent %d, want 1008", f.Sent)
+	}
+	// the 16th packet of a batch waits for the 15 before it: 16 us
+	if math.Abs(f.Latency.Max-16) > 0.1 || math.Abs(f.Latency.P50-8.5) > 1.1 {
+		t.Errorf("latency p50 %.2f max %.2f us, want ~8.5 and 16", f.Latency.P50, f.Latency.Max)
+	}
+	sc = twinBase()
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "poisson", RatePps: 1000, Batch: 4}}}
+	if err := sc.Normalize(); err == nil {
+		t.Error("batch on a poisson flow accepted")
+	}
+}
+
+// TestInlineFlow: an inline flow runs its later stages in the first
+// stage's poll; the same flow without inline queues at the backlog.
+func TestInlineFlow(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		sc := twinBase()
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire", "b"}, Inline: inline, Arrival: Arrival{Type: "burst", Count: 4}}}
+		r := mustRun(t, sc)
+		polls := map[string]int64{}
+		for _, s := range r.Stages {
+			polls[s.Name] += s.Polls
+		}
+		if got := polls["b"]; (got == 0) != inline {
+			t.Errorf("inline %v: backlog polls %d (%v)", inline, got, polls)
+		}
+		if r.Flows[0].Delivered != 4 {
+			t.Errorf("inline %v: delivered %d", inline, r.Flows[0].Delivered)
+		}
+	}
+}
+
+// TestLoadAppAndWake: a load app (period_us) keeps its CPU busy for
+// cost/period of the time; wake_ns is paid once per idle-to-busy
+// transition.
+func TestLoadAppAndWake(t *testing.T) {
+	cpu0 := 0
+	sc := twinBase()
+	sc.Apps = []AppSpec{{Name: "gen", CPU: &cpu0, Cost: Cost{Ns: 3000}, PeriodUs: 10}}
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 10000}}}
+	sc.Kernel.WakeNs = 5000
+	r := mustRun(t, sc)
+	if app := r.CPUs[0].App; math.Abs(app-0.3) > 0.01 {
+		t.Errorf("load app: CPU 0 app share %.3f, want 0.30", app)
+	}
+	// CPU 1: one packet per 100 us, each waking it: 5 us + 1 us busy
+	if busy := 1 - r.CPUs[1].Idle; math.Abs(busy-0.06) > 0.002 {
+		t.Errorf("wake: CPU 1 busy %.4f, want 0.06", busy)
+	}
+	if lat := r.Flows[0].Latency.P50; math.Abs(lat-6) > 0.1 {
+		t.Errorf("wake: latency %.2f us, want 6 (wake, then the stage)", lat)
+	}
+}
