@@ -25,6 +25,7 @@ type cniInstallFlags struct {
 	confDir, binDir    string
 	plugin             string
 	socket             string
+	stateDir           string
 }
 
 func newCNIInstallCmd() *cobra.Command {
@@ -36,7 +37,7 @@ func newCNIInstallCmd() *cobra.Command {
 init container does (and its preStop hook undoes):
 
   --install    copy --plugin to --bin-dir/rxlane-cni and append the entry
-               {"type": "rxlane-cni", "socket": SOCKET, "capabilities":
+               {"type": "rxlane-cni", "socket": SOCKET, "stateDir": DIR, "capabilities":
                {"io.kubernetes.cri.pod-annotations": true}} to the plugins of
                the first network configuration in --conf-dir (the one the
                container runtime uses: the lexically first .conflist, .conf
@@ -53,6 +54,10 @@ old or the new one, never half). The first configuration must be a
 			switch {
 			case f.install == f.uninstall:
 				return usageError{errors.New("cni-install: give exactly one of --install and --uninstall")}
+			case f.install && (!filepath.IsAbs(f.socket) || !filepath.IsAbs(f.stateDir)):
+				// The plugin refuses relative paths (CNI error 7) on
+				// every pod's ADD: refuse them here, once.
+				return usagef("cni-install: --socket %q and --state-dir %q must be absolute paths", f.socket, f.stateDir)
 			case f.install:
 				conf, err := cniInstall(f)
 				if err != nil {
@@ -79,6 +84,7 @@ old or the new one, never half). The first configuration must be a
 	cmd.Flags().StringVar(&f.binDir, "bin-dir", "/opt/cni/bin", "the node's CNI plugin binaries")
 	cmd.Flags().StringVar(&f.plugin, "plugin", "/usr/local/bin/rxlane-cni", "the rxlane-cni binary to install")
 	cmd.Flags().StringVar(&f.socket, "socket", "/run/rxlane/agent.sock", "the agent's socket, as the plugin's socket setting")
+	cmd.Flags().StringVar(&f.stateDir, "state-dir", "/run/rxlane", "the agent's state_dir, as the plugin's stateDir setting (where it leaves pending records while no agent answers)")
 	return cmd
 }
 
@@ -220,6 +226,7 @@ func cniInstall(f *cniInstallFlags) (string, error) {
 	entry, err := json.Marshal(map[string]any{
 		"type":         cniPluginType,
 		"socket":       f.socket,
+		"stateDir":     f.stateDir,
 		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
 	})
 	if err != nil {

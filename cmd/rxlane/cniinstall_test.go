@@ -25,7 +25,7 @@ const flannelConflist = `{
 func cniDirs(t *testing.T) (*cniInstallFlags, string) {
 	t.Helper()
 	d := t.TempDir()
-	f := &cniInstallFlags{confDir: filepath.Join(d, "net.d"), binDir: filepath.Join(d, "bin"), plugin: filepath.Join(d, "rxlane-cni"), socket: "/run/rxlane/agent.sock"}
+	f := &cniInstallFlags{confDir: filepath.Join(d, "net.d"), binDir: filepath.Join(d, "bin"), plugin: filepath.Join(d, "rxlane-cni"), socket: "/run/rxlane/agent.sock", stateDir: "/run/rxlane"}
 	for _, dir := range []string{f.confDir, f.binDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -82,7 +82,7 @@ func TestCNIInstall(t *testing.T) {
 	if !reflect.DeepEqual(plugins[:2], orig["plugins"].([]any)) || m["name"] != "cbr0" || m["cniVersion"] != "1.0.0" {
 		t.Fatalf("install changed the node's chain: %v", m)
 	}
-	want := map[string]any{"type": "rxlane-cni", "socket": "/run/rxlane/agent.sock",
+	want := map[string]any{"type": "rxlane-cni", "socket": "/run/rxlane/agent.sock", "stateDir": "/run/rxlane",
 		"capabilities": map[string]any{"io.kubernetes.cri.pod-annotations": true}}
 	if !reflect.DeepEqual(plugins[2], want) {
 		t.Fatalf("rxlane-cni entry %v, want %v", plugins[2], want)
@@ -145,5 +145,15 @@ func TestCNIInstallRefuses(t *testing.T) {
 	root.SetOut(new(bytes.Buffer))
 	if err := root.Execute(); err == nil || exitCode(err) != 2 {
 		t.Fatalf("cni-install without a mode: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+	// Relative paths, which the plugin would refuse on every ADD.
+	root = newRootCmd()
+	root.SetArgs([]string{"cni-install", "--install", "--conf-dir", f.confDir, "--bin-dir", f.binDir, "--plugin", f.plugin, "--state-dir", "run/rxlane"})
+	root.SetOut(new(bytes.Buffer))
+	if err := root.Execute(); exitCode(err) != 2 || !strings.Contains(err.Error(), "must be absolute") {
+		t.Fatalf("cni-install --state-dir relative: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+	if _, err := os.Stat(filepath.Join(f.binDir, "rxlane-cni")); !os.IsNotExist(err) {
+		t.Fatal("a refused install left the binary")
 	}
 }
