@@ -20,6 +20,7 @@ import (
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/metrics"
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -116,7 +117,8 @@ See docs/agent.md for the config reference.`,
 					}
 					return out
 				},
-				Isolate: func() *isolate.System { return a.IsolationSystem() },
+				Isolate:   func() *isolate.System { return a.IsolationSystem() },
+				Workloads: func() []workload.Workload { return a.Workloads() },
 			})
 			a, err = agent.New(agent.Options{ConfigFile: config, Log: log, CleanupOnExit: cleanupOnExit, OnReconcile: exp.ObserveReconcile, OnSync: exp.ObserveSync})
 			var ce *agent.ConfigError

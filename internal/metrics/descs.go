@@ -96,6 +96,11 @@ var (
 		"Applied settings whose value is no longer what rxlane set.")
 	descIsolateGone = desc("rxlane_isolate_gone_settings",
 		"Applied settings whose object is gone (a thread exited, a device removed).")
+
+	// Workloads (the agent's orchestrator requests).
+	descWorkloads = desc("rxlane_workloads",
+		"Workloads the agent holds, by source (cni, kubernetes, docker) and whether they asked for the high-priority lane (in_lane).",
+		"source", "in_lane")
 )
 
 var metricDescs = []*prometheus.Desc{
@@ -106,4 +111,5 @@ var metricDescs = []*prometheus.Desc{
 	descSteerDeferred, descSteerSwitches, descSteerDelivered, descSteerCPULoad, descSteerAvgLoad,
 	descSteerStageFlows, descLoopDecisions, descLoopSwitches,
 	descIsolateApplied, descIsolateCommitted, descIsolateDrift, descIsolateDrifted, descIsolateGone,
+	descWorkloads,
 }

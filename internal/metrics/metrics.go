@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // DefaultAddr is where the agent serves /metrics, /healthz and /readyz
@@ -48,6 +50,8 @@ type Sources struct {
 	// Isolate is the machine whose isolation the agent applied (nil:
 	// none managed).
 	Isolate func() *isolate.System
+	// Workloads are the orchestrators' requests the agent holds.
+	Workloads func() []workload.Workload
 }
 
 // Exporter is a prometheus.Collector of the datapath plus the agent's own
@@ -169,10 +173,34 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	e.collectLanes(ch)
 	e.collectSteer(ch)
 	e.collectIsolate(ch)
+	e.collectWorkloads(ch)
 	// Last: the registry collects its collectors concurrently, so a
 	// vector registered on its own could be read before this scrape's
 	// failures were counted.
 	e.scrapeErrors.Collect(ch)
+}
+
+// collectWorkloads counts the workloads by source and lane request
+// (every source's series, 0 included, so a dashboard shows a zero, not
+// a gap).
+func (e *Exporter) collectWorkloads(ch chan<- prometheus.Metric) {
+	if e.src.Workloads == nil {
+		return
+	}
+	type key struct {
+		source string
+		inLane bool
+	}
+	n := map[key]int{}
+	for _, s := range []string{workload.SourceCNI, workload.SourceKubernetes, workload.SourceDocker} {
+		n[key{s, true}], n[key{s, false}] = 0, 0
+	}
+	for _, w := range e.src.Workloads() {
+		n[key{w.Source, w.InLane()}]++
+	}
+	for k, v := range n {
+		ch <- prometheus.MustNewConstMetric(descWorkloads, prometheus.GaugeValue, float64(v), k.source, strconv.FormatBool(k.inLane))
+	}
 }
 
 // sourceDone reports one source's outcome.

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // TestServeEndpoints serves an exporter with no datapath source: /healthz
@@ -125,4 +127,25 @@ func TestServeShutsDown(t *testing.T) {
 	if err := Serve(context.Background(), ln2.Addr().String(), New(Sources{}), nil); err == nil || !strings.Contains(err.Error(), ln2.Addr().String()) {
 		t.Fatalf("Serve on a busy port: %v", err)
 	}
+}
+
+// TestWorkloads: rxlane_workloads counts the agent's workloads by source
+// and lane request, with every source's series present (0 included).
+func TestWorkloads(t *testing.T) {
+	ws := []workload.Workload{
+		{Source: workload.SourceCNI, ID: "a", Lane: "high"},
+		{Source: workload.SourceCNI, ID: "b", Lane: "high"},
+		{Source: workload.SourceKubernetes, ID: "c"},
+	}
+	base := server(t, New(Sources{Workloads: func() []workload.Workload { return ws }}), nil)
+	s := scrapeMetrics(t, base)
+	for _, c := range []struct {
+		source, inLane string
+		want           float64
+	}{{"cni", "true", 2}, {"cni", "false", 0}, {"kubernetes", "false", 1}, {"kubernetes", "true", 0}, {"docker", "true", 0}} {
+		if v := s.must(t, "rxlane_workloads", map[string]string{"source": c.source, "in_lane": c.inLane}); v != c.want {
+			t.Errorf("workloads %s in_lane=%s: %v, want %v", c.source, c.inLane, v, c.want)
+		}
+	}
+	promtoolCheck(t, s.text)
 }
