@@ -113,7 +113,7 @@ func TestCompareOnNodes(t *testing.T) {
 	testbedtest.RequireRoot(t)
 	for _, kind := range []string{"flannel", "calico", "docker", "swarm"} {
 		t.Run(kind, func(t *testing.T) {
-			before, _ := os.ReadDir("/run/netns")
+			before := benchNodeNamespaces()
 			c := testbed.Defaults()
 			c.Layout = testbed.LayoutNIC
 			co := CompareOptions{Node: kind, Latency: bench.LatencyOptions{Testbed: c, Reps: 1, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
@@ -144,10 +144,26 @@ func TestCompareOnNodes(t *testing.T) {
 					t.Errorf("%s busy: no background delivered (sent %.0f pps)", cs.Mode, cs.Reps[0].BgSentPPS)
 				}
 			}
-			after, _ := os.ReadDir("/run/netns")
-			if len(after) != len(before) {
-				t.Errorf("namespaces before %d, after %d: the node was not removed", len(before), len(after))
+			if after := benchNodeNamespaces(); len(after) != len(before) {
+				t.Errorf("the bench's node namespaces before %v, after %v: the node was not removed", before, after)
 			}
 		})
 	}
+}
+
+// benchNodeNamespaces are the namespaces in /run/netns with the prefixes
+// the bench's nodes use (rxbn: the shapes, rxbf: flanneld, rxbs: the
+// swarm). Other tests' namespaces come and go meanwhile: counting all of
+// /run/netns failed when a concurrent test removed its testbed.
+func benchNodeNamespaces() []string {
+	ents, _ := os.ReadDir("/run/netns")
+	var out []string
+	for _, e := range ents {
+		for _, p := range []string{"rxbn", "rxbf", "rxbs"} {
+			if strings.HasPrefix(e.Name(), p) {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	return out
 }
