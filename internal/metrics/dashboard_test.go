@@ -20,8 +20,8 @@ func TestGrafanaDashboard(t *testing.T) {
 	var d struct {
 		UID    string `json:"uid"`
 		Panels []struct {
-			Title   string `json:"title"`
-			Type    string `json:"type"`
+			Title   string                   `json:"title"`
+			Type    string                   `json:"type"`
 			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
 			Targets []struct {
 				Expr string `json:"expr"`
