@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/agent"
+	"github.com/rxlane/rxlane/internal/agent/agenttest"
 	"github.com/rxlane/rxlane/internal/isolate"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
@@ -110,28 +109,12 @@ lanes:
 // and returns once it is ready.
 func startTestAgent(t *testing.T, file string) (stop func()) {
 	t.Helper()
-	a, err := agent.New(agent.Options{ConfigFile: file, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
-	stop = sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
+	_, stopAgent := agenttest.Start(t, agent.Options{ConfigFile: file, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return func() {
+		if err := stopAgent(); err != nil {
 			t.Errorf("agent: %v", err)
 		}
-	})
-	t.Cleanup(stop)
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("agent ended: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("agent not ready in 15 s")
 	}
-	return stop
 }
 
 // sendUDP sends n datagrams from ctrA to ctrB's port, each received.

@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/agent"
+	"github.com/rxlane/rxlane/internal/agent/agenttest"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -70,7 +71,7 @@ func newChainTest(t *testing.T) *chainTest {
 	plugin := buildPlugin(t)
 	c.node = testbedtest.Node(t, nodes.Options{Kind: nodes.Docker, Pods: -1, Prefix: "rxcni"})
 	c.ns = c.node.Sandboxes[0]
-	bridgeNetfilterOff(t, c.ns)
+	agenttest.BridgeNetfilterOff(t, c.ns)
 	// br0's MAC fixed, as a bridge the CNI bridge plugin makes has it:
 	// the plugin's CHECK compares it with its cached result, and a
 	// bridge without a set address takes its lowest port's, which
@@ -117,49 +118,8 @@ func (c *chainTest) conflist(extra string) *libcni.NetworkConfigList {
 // startAgent runs the agent in the test (as internal/agent's tests do),
 // stopped in cleanup.
 func (c *chainTest) startAgent() {
-	t := c.t
-	t.Helper()
-	a, err := agent.New(agent.Options{ConfigFile: c.file, ConfigPoll: 20 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("agent ended before ready: %v", err)
-	case <-time.After(15 * time.Second):
-		cancel()
-		t.Fatal("agent not ready within 15 s")
-	}
-	stopped := false
-	var runErr error
-	c.agent = a
-	c.stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(15 * time.Second):
-				t.Fatal("agent did not stop within 15 s")
-			}
-		}
-		return runErr
-	}
-	t.Cleanup(func() { c.stop() })
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(b), "\n"))
-	return len(b), nil
+	c.t.Helper()
+	c.agent, c.stop = agenttest.Start(c.t, agent.Options{ConfigFile: c.file, ConfigPoll: 20 * time.Millisecond})
 }
 
 // ctr is a container: its namespace and the chain's result.
@@ -458,28 +418,5 @@ func TestChainErrors(t *testing.T) {
 		if got := c.workloads(); len(got) != 0 {
 			t.Errorf("%s: workloads %v", e.name, got)
 		}
-	}
-}
-
-// bridgeNetfilterOff turns br_netfilter's iptables calls off in the
-// test's namespace ns (a lane that takes workloads skips no filter, and
-// br_netfilter, when loaded, filters bridged traffic in every
-// namespace; nothing to do when it is not loaded).
-func bridgeNetfilterOff(t *testing.T, ns string) {
-	t.Helper()
-	err := netns.Do(ns, false, func() error {
-		for _, k := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
-			p := "/proc/sys/net/bridge/" + k
-			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err := os.WriteFile(p, []byte("0"), 0o644); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -3,7 +3,6 @@ package docker_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rxlane/rxlane/internal/agent"
+	"github.com/rxlane/rxlane/internal/agent/agenttest"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/realnode"
@@ -73,7 +73,7 @@ func TestDockerLabels(t *testing.T) {
 	// bridge must not call iptables (br_netfilter, loaded by Docker,
 	// does by default in every namespace), or the lane serves none of
 	// its endpoints.
-	bridgeNetfilterOff(t, s.Sandbox)
+	agenttest.BridgeNetfilterOff(t, s.Sandbox)
 
 	l1 := runContainer(ctx, t, s, "l1", true)
 
@@ -107,7 +107,7 @@ lanes:
 	})
 	// A short safety resync: the sandbox's bridge netfilter is turned
 	// off again after dockerd remakes it, which no event announces.
-	a, stop := startAgent(t, agent.Options{ConfigFile: file, ConfigPoll: 50 * time.Millisecond, Watch: laneWatch()})
+	a, stop := agenttest.Start(t, agent.Options{ConfigFile: file, ConfigPoll: 50 * time.Millisecond, Watch: laneWatch()})
 
 	waitWorkloads(t, a, "the labelled container's workload, the gone one removed", l1)
 	if ws := a.WorkloadsOf(workload.SourceDocker); ws[0].Name != "rxdk-l1" || ws[0].Ports != "7000" || ws[0].Proto != "udp" {
@@ -153,7 +153,7 @@ lanes:
 	if s.Node.PID() == pid {
 		t.Fatalf("dockerd still runs as pid %d after the restart", pid)
 	}
-	bridgeNetfilterOff(t, s.Sandbox)
+	agenttest.BridgeNetfilterOff(t, s.Sandbox)
 	l2 = waitRunning(ctx, t, s, "l2")
 	waitWorkloads(t, a, "after dockerd's restart: the resync's workloads", l2)
 	sendCounted(t, a, s, l2, 7000, 20)
@@ -174,7 +174,7 @@ lanes:
 	if err := os.WriteFile(file, []byte(strings.Replace(conf, "docker:\n  socket: "+s.Node.Socket+"\n", "", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, stop = startAgent(t, agent.Options{ConfigFile: file, Watch: laneWatch()})
+	a, stop = agenttest.Start(t, agent.Options{ConfigFile: file, Watch: laneWatch()})
 	if a.Config().Docker != nil {
 		t.Fatal("the docker section is still configured")
 	}
@@ -400,74 +400,6 @@ func saveWorkloads(t *testing.T, agentDir string, ws ...workload.Workload) {
 	if err := os.WriteFile(filepath.Join(agentDir, "workloads.json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// bridgeNetfilterOff turns br_netfilter's iptables calls off in the
-// namespace ns of the test's engine.
-func bridgeNetfilterOff(t *testing.T, ns string) {
-	t.Helper()
-	err := netns.Do(ns, false, func() error {
-		for _, k := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
-			p := "/proc/sys/net/bridge/" + k
-			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err := os.WriteFile(p, []byte("0"), 0o644); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// startAgent runs an agent until the test ends; it returns once the
-// agent is ready, with a function that stops it and returns Run's error.
-func startAgent(t *testing.T, o agent.Options) (*agent.Agent, func() error) {
-	t.Helper()
-	o.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a, err := agent.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("agent ended before ready: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("agent not ready within 30 s")
-	}
-	var stopped bool
-	var runErr error
-	stop := func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("agent did not stop within 30 s")
-			}
-		}
-		return runErr
-	}
-	t.Cleanup(func() { stop() })
-	return a, stop
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(string(b[:len(b)-1]))
-	return len(b), nil
 }
 
 // waitFor polls cond every 20 ms for at most 30 s.
