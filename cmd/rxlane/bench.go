@@ -175,6 +175,9 @@ Examples:
 			if co.Node, err = experiments.ParseNode(co.Node); err != nil {
 				return usageError{err}
 			}
+			if co.FreezeDaemons && co.Node != experiments.NodeFlanneld && co.Node != experiments.NodeSwarm {
+				return usagef("--freeze-daemons: only with --node %s or %s (node %q runs no daemons)", experiments.NodeFlanneld, experiments.NodeSwarm, co.Node)
+			}
 			if co.Node == string(nodes.Docker) && !cmd.Flags().Changed("modes") {
 				co.Modes = slices.DeleteFunc(co.Modes, func(m string) bool { return m == experiments.ModeLanesQueue })
 			}
@@ -199,6 +202,7 @@ Examples:
 	f := cmd.Flags()
 	f.StringSliceVar(&modes, "modes", modes, "modes to compare: vanilla, lanes-sync (tc), lanes-queue (XDP)")
 	f.StringVar(&co.Node, "node", experiments.NodeTestbed, "receiving node: "+strings.Join(experiments.NodeKinds(), ", ")+" (not --layout, the receive-core layout)")
+	f.BoolVar(&co.FreezeDaemons, "freeze-daemons", false, "with --node flanneld|swarm: stop the node's daemons (etcd and flanneld; dockerd and containerd) during each case and continue them after, to separate what they add to the tail (an experiment: the node is not as its users run it)")
 	f.BoolVar(&co.Baseline, "baseline-arrangement", false, "also run vanilla with the application at normal priority (mode vanilla-normal) and show the lanes' cut against it")
 	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
 	return cmd

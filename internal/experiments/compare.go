@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -87,6 +88,11 @@ type CompareOptions struct {
 	// (default), a fresh Flannel-, Calico- or Docker-shaped node, or a
 	// real Flannel node (NodeFlanneld) or Docker swarm node (NodeSwarm).
 	Node string
+	// FreezeDaemons stops the real node's daemons (SIGSTOP: etcd and
+	// flanneld; dockerd and containerd) for each case and continues them
+	// after: an experiment that separates what the daemons add to the
+	// tail from what the datapath does. Real nodes only.
+	FreezeDaemons bool
 }
 
 // CompareCase is one (mode, load) cell.
@@ -168,6 +174,31 @@ type compareTarget struct {
 	// queueRefused, when set, is why the queue lane is not offered on
 	// this node.
 	queueRefused string
+	// daemons, on a real node, are its daemons' process IDs.
+	daemons func() []int
+}
+
+// frozen wraps run so that the daemons are stopped (SIGSTOP) during
+// each case and continued (SIGCONT) after it, whatever the case's end.
+// The processes are the node's own, started by this run (realnode).
+func frozen(run func(context.Context, bench.LatencyOptions, string) (bench.RepResult, error), daemons func() []int, progress io.Writer) func(context.Context, bench.LatencyOptions, string) (bench.RepResult, error) {
+	return func(ctx context.Context, o bench.LatencyOptions, load string) (bench.RepResult, error) {
+		pids := daemons()
+		var stopped []int
+		defer func() {
+			for _, p := range stopped {
+				syscall.Kill(p, syscall.SIGCONT)
+			}
+		}()
+		for _, p := range pids {
+			if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+				return bench.RepResult{}, fmt.Errorf("freeze-daemons: stop %d: %w", p, err)
+			}
+			stopped = append(stopped, p)
+		}
+		bench.Progressf(progress, "daemons %v stopped for the case", pids)
+		return run(ctx, o, load)
+	}
 }
 
 func testbedTarget(tb testbed.Config) compareTarget {
@@ -226,6 +257,9 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	if err != nil {
 		return nil, err
 	}
+	if co.FreezeDaemons && node != NodeFlanneld && node != NodeSwarm {
+		return nil, fmt.Errorf("freeze-daemons: only on the real nodes (%s, %s): node %s runs no daemons", NodeFlanneld, NodeSwarm, node)
+	}
 	tb := o.Testbed
 	var tgt compareTarget
 	var cleanup func() error
@@ -252,6 +286,9 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		}
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
+	if co.FreezeDaemons {
+		tgt.run = frozen(tgt.run, tgt.daemons, o.Progress)
+	}
 
 	rule, err := policy.Parse(policy.Spec{Dst: tgt.dst, Proto: o.Proto, Port: fmt.Sprint(bench.EchoPort)})
 	if err != nil {

@@ -87,13 +87,14 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 	}
 	var n *nodes.Node
 	var closeNode func() error
+	var daemons func() []int
 	if kind == NodeFlanneld {
 		bench.Progressf(progressW, "bringing up a real Flannel node: flanneld, etcd, a pod plugged by the flannel CNI (layout %s)", cpus.Layout)
 		f, err := realnode.UpFlannel(realnode.FlannelOptions{Prefix: "rxbf"})
 		if err != nil {
 			return compareTarget{}, nil, err
 		}
-		n, closeNode = f.Node(), f.Close
+		n, closeNode, daemons = f.Node(), f.Close, f.DaemonPIDs
 	} else {
 		bench.Progressf(progressW, "building a %s-shaped node (layout %s)", kind, cpus.Layout)
 		b, err := nodes.Build(nodes.Options{Kind: nodes.Kind(kind), Prefix: "rxbn"})
@@ -134,6 +135,7 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 			return "", err
 		},
 		queueRefused: queueRefused,
+		daemons:      daemons,
 	}, cleanup, nil
 }
 

@@ -68,5 +68,6 @@ func swarmTarget(ctx context.Context, cpus testbed.Config, progressW io.Writer) 
 			return "", err
 		},
 		queueRefused: "the queue lane is refused on Docker swarm nodes: its XDP program would sit on the host's underlay, which cannot redirect into the overlay sandbox's veths (docs/lanes.md, Layouts)",
+		daemons:      s.DaemonPIDs,
 	}, cleanup, nil
 }

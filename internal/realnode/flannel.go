@@ -652,6 +652,21 @@ func (f *Flannel) FlanneldPID(host string) int {
 	return 0
 }
 
+// DaemonPIDs are the node's daemons' process IDs (etcd, both flanneld)
+// that are running: what runs beside a measurement on a real node and a
+// hand-built one has not (bench compare --freeze-daemons stops them).
+func (f *Flannel) DaemonPIDs() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for _, name := range []string{"etcd", "flanneld-node", "flanneld-remote"} {
+		if p := f.procs[name]; p != nil && !p.exited() {
+			out = append(out, p.cmd.Process.Pid)
+		}
+	}
+	return out
+}
+
 // Node describes the Flannel node in package nodes' terms (one tunnel,
 // flannel.1; the bridge cni0; the pods), for code written for nodes'
 // Flannel shape (bench compare's node runner, tests). It is a

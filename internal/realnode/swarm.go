@@ -483,6 +483,46 @@ func (e *Engine) PID() int {
 	return e.cmd.Process.Pid
 }
 
+// DaemonPIDs are both engines' dockerd and the containerd each started
+// (its child), running: what runs beside a measurement on the swarm
+// node and a hand-built one has not. The containers' shims are left
+// out: stopping them would stop nothing the measurement waits on, and
+// they are not daemons of the node.
+func (s *Swarm) DaemonPIDs() []int {
+	var out []int
+	for _, e := range []*Engine{s.Node, s.Remote} {
+		pid := e.PID()
+		if pid == 0 {
+			continue
+		}
+		out = append(out, pid)
+		for _, c := range childPIDs(pid) {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c)); err == nil && strings.TrimSpace(string(b)) == "containerd" {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// childPIDs are the children of pid (from every thread's children list).
+func childPIDs(pid int) []int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
 // Docker runs the docker client against this engine and returns its
 // standard output.
 func (e *Engine) Docker(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
