@@ -196,8 +196,34 @@ func frozen(run func(context.Context, bench.LatencyOptions, string) (bench.RepRe
 			}
 			stopped = append(stopped, p)
 		}
+		// A stop takes effect when the process is next scheduled:
+		// wait (bounded) until each one is stopped.
+		for _, p := range pids {
+			if !waitStopped(p, time.Second) {
+				return bench.RepResult{}, fmt.Errorf("freeze-daemons: %d did not stop within 1 s", p)
+			}
+		}
 		bench.Progressf(progress, "daemons %v stopped for the case", pids)
 		return run(ctx, o, load)
+	}
+}
+
+// waitStopped polls /proc/PID/stat until the process is stopped (state
+// T) or gone, for at most timeout.
+func waitStopped(pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true // gone: nothing runs
+		}
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "T" {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond) // polling interval, bounded by the deadline
 	}
 }
 
