@@ -344,6 +344,9 @@ func newAgentStatusCmd() *cobra.Command {
 					if r.Line > 0 {
 						src = fmt.Sprintf("config line %d", r.Line)
 					}
+					if r.Workload != "" {
+						src = "workload " + r.Workload
+					}
 					fmt.Fprintf(tw, "%s\t%s\t%d %s\t%s\t%s\n", ns, l.Mode, r.ID, r.Rule.String(), src, l.Error)
 				}
 			}
@@ -351,6 +354,19 @@ func newAgentStatusCmd() *cobra.Command {
 				fmt.Fprintln(tw, "\nSTEERING\tMODE\tERROR")
 				for _, s := range st.Steering {
 					fmt.Fprintf(tw, "%s\t%s\t%s\n", cmp.Or(s.Netns, "(own)"), s.Mode, s.Error)
+				}
+			}
+			if len(st.Workloads) > 0 {
+				fmt.Fprintln(tw, "\nWORKLOAD\tNAME\tLANE\tADDRESSES\tPORTS\tSERVED")
+				for _, wl := range st.Workloads {
+					served := "-"
+					switch {
+					case wl.Served:
+						served = "yes"
+					case wl.Unserved != "":
+						served = "no: " + wl.Unserved
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", wl.Key(), cmp.Or(wl.Name, "-"), cmp.Or(wl.Lane, "default"), wl.IPs, cmp.Or(wl.Ports, "all"), served)
 				}
 			}
 			return tw.Flush()

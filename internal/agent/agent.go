@@ -83,6 +83,9 @@ type laneRun struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	lastErr atomic.Pointer[string]
+	// topo is the lane's last discovery (enable or a watch sync): which
+	// endpoints it serves and why it skips the others.
+	topo atomic.Pointer[lanes.Topology]
 }
 
 // steerRun is one steering entry.
@@ -612,6 +615,7 @@ func (a *Agent) enableLane(lr *laneRun) (err error) {
 	if err != nil {
 		return fmt.Errorf("enable lane: %w", err)
 	}
+	lr.topo.Store(&topo)
 	a.log.Info("lane enabled", "netns", lr.cfg.Netns, "mode", lr.cfg.Mode, "tunnels", len(topo.Tunnels), "endpoints", len(topo.Endpoints))
 	if topo.Advice != nil {
 		for _, w := range topo.Advice.Warnings {
@@ -638,6 +642,7 @@ func (a *Agent) startLane(lr *laneRun) {
 			if err != nil {
 				a.log.Error("lane sync failed", "netns", lr.cfg.Netns, "error", err.Error())
 			} else {
+				lr.topo.Store(&topo)
 				a.log.Debug("lane synced", "netns", lr.cfg.Netns, "tunnels", len(topo.Tunnels), "endpoints", len(topo.Endpoints))
 			}
 			if a.opts.OnSync != nil {

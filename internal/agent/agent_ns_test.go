@@ -500,6 +500,9 @@ lanes:
 	if ls := a.Status().Lanes[0]; len(ls.Rules) != 1 || ls.Rules[0].Source != "workload" || ls.Rules[0].Workload != first.Key() {
 		t.Fatalf("lane after start: %+v", ls)
 	}
+	if w := a.Status().Workloads[0]; !w.Served || w.Unserved != "" {
+		t.Fatalf("a bridged container with bridge netfilter off: served %v (%s), want served", w.Served, w.Unserved)
+	}
 	if ents, _ := os.ReadDir(pending); len(ents) != 0 {
 		t.Fatalf("pending records left after start: %v", ents)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // nodeLane is where the lane of a node kind goes and the subnet its
@@ -280,4 +282,46 @@ lanes:
 		t.Errorf("cleanup did not restore the %s node:\nbefore:\n%s\nafter:\n%s", kind, before, after)
 	}
 	roundTrip(t, tx, hi, dst, 10) // the normal path still delivers
+}
+
+// TestAgentWorkloadRouted: on a Flannel-shaped node the pods are routed,
+// and a routed endpoint is served only by a lane that skips netfilter
+// (FORWARD, rp_filter), which a lane that takes workloads never does. The
+// agent takes the workload's rule but says, per workload, that the lane
+// leaves it to the normal path, and why.
+func TestAgentWorkloadRouted(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	n := testbedtest.Node(t, nodes.Options{Kind: nodes.Flannel, Prefix: "rxaw"})
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
+socket: %s/sock/agent.sock
+lanes:
+  - netns: %s
+    trust_outer_csum: true
+    workloads: true
+`, dir, dir, n.Netns))
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	a, _ := startAgent(t, Options{ConfigFile: file})
+	pod := n.Pods[0]
+	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
+	if err := a.SetWorkload(w); err != nil {
+		t.Fatal(err)
+	}
+	st := a.Status()
+	if len(st.Lanes[0].Rules) != 1 || st.Lanes[0].Rules[0].Source != "workload" {
+		t.Fatalf("lane: %+v", st.Lanes[0])
+	}
+	if len(st.Workloads) != 1 || st.Workloads[0].Served || !strings.Contains(st.Workloads[0].Unserved, pod.Addrs[0].String()) || !strings.Contains(st.Workloads[0].Unserved, "never skips") {
+		t.Fatalf("a routed pod's workload: %+v, want it reported unserved with the reason", st.Workloads)
+	}
+	t.Logf("unserved: %s", st.Workloads[0].Unserved)
 }

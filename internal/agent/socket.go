@@ -490,7 +490,18 @@ type Status struct {
 	Lanes    []LaneStatus  `json:"lanes"`
 	Steering []SteerStatus `json:"steering"`
 	// Workloads are the orchestrators' lane requests the agent holds.
-	Workloads []workload.Workload `json:"workloads"`
+	Workloads []WorkloadStatus `json:"workloads"`
+}
+
+// WorkloadStatus is a workload and whether the lanes can serve it.
+type WorkloadStatus struct {
+	workload.Workload
+	// Served: the lanes that take workloads serve every address of the
+	// workload in its lane. Unserved, when not, says why: an endpoint
+	// that needs a filter skipped (a routed pod on Flannel or Calico,
+	// bridge netfilter on), or one not discovered yet.
+	Served   bool   `json:"served"`
+	Unserved string `json:"unserved,omitempty"`
 }
 
 // LaneStatus is one lanes entry's state.
@@ -525,11 +536,13 @@ func (a *Agent) Status() Status {
 	ready := a.Ready()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Config: a.opts.ConfigFile, Ready: ready, Lanes: []LaneStatus{}, Steering: []SteerStatus{}, Workloads: []workload.Workload{}}
+	s := Status{Config: a.opts.ConfigFile, Ready: ready, Lanes: []LaneStatus{}, Steering: []SteerStatus{}, Workloads: []WorkloadStatus{}}
 	for _, w := range a.workloads {
-		s.Workloads = append(s.Workloads, w)
+		ws := WorkloadStatus{Workload: w}
+		ws.Served, ws.Unserved = a.served(w)
+		s.Workloads = append(s.Workloads, ws)
 	}
-	slices.SortFunc(s.Workloads, func(x, y workload.Workload) int { return strings.Compare(x.Key(), y.Key()) })
+	slices.SortFunc(s.Workloads, func(x, y WorkloadStatus) int { return strings.Compare(x.Key(), y.Key()) })
 	for _, l := range a.cfg.Lanes {
 		lr := a.lanes[l.NS.Ino]
 		if lr == nil {

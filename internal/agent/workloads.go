@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/workload"
@@ -111,6 +112,54 @@ func (a *Agent) workloadOf(r policy.Rule) (workload.Workload, bool) {
 		}
 	}
 	return workload.Workload{}, false
+}
+
+// served says whether the lanes that take workloads serve every
+// address of w (as their last discovery found the endpoints) and, when
+// not, why: an address whose endpoint needs a filter skipped (a lane
+// that takes workloads never skips one), or one no lane has discovered
+// yet (the container is not plugged, or the watch has not synced).
+// Called with a.mu held.
+func (a *Agent) served(w workload.Workload) (bool, string) {
+	if !w.InLane() {
+		return false, ""
+	}
+	var why []string
+	for _, ip := range w.IPs {
+		ip = ip.Unmap()
+		ok, skipped := false, ""
+		for _, lr := range a.lanes {
+			topo := lr.topo.Load()
+			if !lr.cfg.Workloads || topo == nil {
+				continue
+			}
+			for _, e := range topo.Endpoints {
+				if e.IP != ip && !slices.Contains(e.Addrs, ip) {
+					continue
+				}
+				if e.Skip == "" {
+					ok = true
+				} else {
+					skipped = fmt.Sprintf("%s in the lane of %s: %s (a lane that takes workloads never skips it)", ip, laneName(lr), e.Skip)
+				}
+			}
+		}
+		switch {
+		case ok:
+		case skipped != "":
+			why = append(why, skipped)
+		default:
+			why = append(why, fmt.Sprintf("%s: no lane that takes workloads has discovered its endpoint (yet)", ip))
+		}
+	}
+	return len(why) == 0, strings.Join(why, "; ")
+}
+
+func laneName(lr *laneRun) string {
+	if lr.cfg.Netns == "" {
+		return "the agent's namespace"
+	}
+	return lr.cfg.Netns
 }
 
 // applyWorkloads reconciles the rules of every lane that takes

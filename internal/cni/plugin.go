@@ -272,10 +272,10 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 
 // covered reports whether every address of w is in the lane of some
 // workload the agent holds.
-func covered(w workload.Workload, have []workload.Workload) bool {
+func covered(w workload.Workload, have []agent.WorkloadStatus) bool {
 	for _, ip := range w.IPs {
-		if !slices.ContainsFunc(have, func(o workload.Workload) bool {
-			return o.InLane() && slices.Contains(o.IPs, ip) && (o.Key() == w.Key() || samePorts(o, w))
+		if !slices.ContainsFunc(have, func(o agent.WorkloadStatus) bool {
+			return o.InLane() && slices.Contains(o.IPs, ip) && (o.Key() == w.Key() || samePorts(o.Workload, w))
 		}) {
 			return false
 		}
