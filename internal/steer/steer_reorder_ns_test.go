@@ -646,7 +646,11 @@ func runLoopSwitches(t *testing.T, tb testbed.Config, o Options, state string, s
 		t.Fatal(err)
 	}
 	var windows atomic.Int64
-	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: LoopOptions{BusyTask: 0.5,
+	// RXLANE_REORDER_NOPARK: the loop's off keeps steering's unsteered
+	// path instead of parking (--no-park), to tell a reorder at the
+	// park from one at the switch to off before it.
+	noPark := os.Getenv("RXLANE_REORDER_NOPARK") != ""
+	f := &Follow{StateFile: state, Interval: 10 * time.Millisecond, Loop: LoopOptions{BusyTask: 0.5, NoPark: noPark,
 		LoopConfig: falcon.LoopConfig{Window: 40 * time.Millisecond, Settle: 5 * time.Millisecond, Interval: 80 * time.Millisecond,
 			MaxInterval: 80 * time.Millisecond, MinDwell: 80 * time.Millisecond, NoiseFloor: 0.03, Confirm: 2, MinRate: 1, LoadChange: 0.25}},
 		// The measurement is real traffic; which placement is better
