@@ -54,6 +54,22 @@ func writeConfig(t *testing.T, file, text string) {
 	}
 }
 
+// loadWithCleanup loads the config file and has the test end with
+// Cleanup of everything it names (also after a failure half way).
+func loadWithCleanup(t *testing.T, file string) *Config {
+	t.Helper()
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return cfg
+}
+
 // startAgent runs an agent on file until the test ends; it returns once
 // the agent is ready, and a function that stops it and returns Run's
 // error.
@@ -213,15 +229,7 @@ func TestAgentReconcilesAndReloadsWithoutReattach(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agent.yaml")
 	writeConfig(t, file, laneConfig(dir, tb, 7000))
-	cfg, err := LoadConfig(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	cfg := loadWithCleanup(t, file)
 	var reconciles atomic.Int32
 	a, stop := startAgent(t, Options{ConfigFile: file, ConfigPoll: 50 * time.Millisecond,
 		OnReconcile: func(string, time.Duration, error) { reconciles.Add(1) }})
@@ -328,15 +336,7 @@ func TestAgentRestartUnderTraffic(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agent.yaml")
 	writeConfig(t, file, laneConfig(dir, tb, 7000))
-	cfg, err := LoadConfig(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	cfg := loadWithCleanup(t, file)
 	_, stop := startAgent(t, Options{ConfigFile: file})
 	st, err := lanes.OpenStore(cfg.LanesDir(), tb.NS(testbed.HostB))
 	if err != nil {
@@ -469,15 +469,7 @@ lanes:
     trust_outer_csum: true
     workloads: true
 `, dir, dir, tb.NS(testbed.HostB)))
-	cfg, err := LoadConfig(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	cfg := loadWithCleanup(t, file)
 	ip := netip.MustParseAddr(testbed.OverlayB.String())
 	first := workload.Workload{Source: workload.SourceCNI, ID: "ctr1", IPs: []netip.Addr{ip}, Lane: "high", Ports: "7000", Proto: "udp"}
 	pending := workload.PendingDir(cfg.AgentDir())

@@ -94,15 +94,7 @@ kubernetes:
   node_name: node-x
   kubeconfig: %s
 `, dir, dir, tb.NS(testbed.HostB), c.Kubeconfig(t, kubetest.Agent)))
-	cfg, err := LoadConfig(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	cfg := loadWithCleanup(t, file)
 
 	ctrB := testbed.OverlayB.String()
 	web := mkPod(t, admin, ns, "web", "node-x", false, map[string]string{workload.AnnotationLane: "high", workload.AnnotationPorts: "7000", workload.AnnotationProto: "udp"}, ctrB)

@@ -150,15 +150,7 @@ lanes:
         proto: udp
         port: 7000
 `, dir, dir, laneNS, subnet))
-	cfg, err := LoadConfig(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	cfg := loadWithCleanup(t, file)
 
 	a, stop := startAgent(t, Options{ConfigFile: file})
 	if !a.Ready() {
@@ -301,15 +293,7 @@ lanes:
     trust_outer_csum: true
     workloads: true
 `, dir, dir, n.Netns))
-	cfg, err := LoadConfig(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Cleanup(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	loadWithCleanup(t, file)
 	a, _ := startAgent(t, Options{ConfigFile: file})
 	pod := n.Pods[0]
 	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
