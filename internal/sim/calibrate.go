@@ -9,12 +9,14 @@ import (
 	"sort"
 )
 
-// traceReport is the part of the tracer's JSON (`rxlane trace napi
+// TraceReport is the part of the tracer's JSON (`rxlane trace napi
 // --json`, Go twin: trace.Report in internal/trace/report.go) that
-// calibration reads. TestTraceReportTwin checks the keys match.
-type traceReport struct {
+// calibration (here and in package twin) reads; the simulator does not
+// import the tracer, which needs BPF. TestTraceReportTwin checks the keys
+// match.
+type TraceReport struct {
 	DurationNS int64       `json:"duration_ns"`
-	Polls      []tracePoll `json:"polls"`
+	Polls      []TracePoll `json:"polls"`
 	PollCounts []struct {
 		CPU     int    `json:"cpu"`
 		Device  string `json:"device"`
@@ -27,9 +29,9 @@ type traceReport struct {
 	} `json:"lost"`
 }
 
-// tracePoll is trace.Poll: one napi:napi_poll, which fires after the
+// TracePoll is trace.Poll: one napi:napi_poll, which fires after the
 // poll function returns.
-type tracePoll struct {
+type TracePoll struct {
 	CPU       int    `json:"cpu"`
 	Seq       uint64 `json:"seq"`
 	Softirq   uint64 `json:"softirq"`
@@ -91,7 +93,7 @@ func ReadTrace(path string) ([]DeviceCost, error) {
 		}
 		return cf.Devices, nil
 	}
-	var r traceReport
+	var r TraceReport
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: parse trace %s: %w", ErrCalibrate, path, err)
 	}
@@ -106,7 +108,7 @@ func ReadTrace(path string) ([]DeviceCost, error) {
 // work > 0; when the fit is not identifiable (one batch size only) or
 // gives a negative coefficient, per_packet_ns = sum(busy) / sum(work) and
 // poll_ns = 0.
-func Calibrate(r *traceReport) ([]DeviceCost, error) {
+func Calibrate(r *TraceReport) ([]DeviceCost, error) {
 	if len(r.Polls) == 0 {
 		return nil, fmt.Errorf("%w: the trace has no polls (traced with --no-polls?)", ErrCalibrate)
 	}
@@ -116,7 +118,7 @@ func Calibrate(r *traceReport) ([]DeviceCost, error) {
 		fsw, fsg, fsww, fswg float64
 	}
 	accs := map[string]*acc{}
-	polls := append([]tracePoll(nil), r.Polls...)
+	polls := append([]TracePoll(nil), r.Polls...)
 	sort.SliceStable(polls, func(i, j int) bool {
 		if polls[i].CPU != polls[j].CPU {
 			return polls[i].CPU < polls[j].CPU

@@ -66,7 +66,7 @@ func TestCalibrateErrorsNameTheField(t *testing.T) {
 	}
 }
 
-// TestTraceReportTwin checks that traceReport reads what trace.Report
+// TestTraceReportTwin checks that TraceReport reads what trace.Report
 // writes.
 func TestTraceReportTwin(t *testing.T) {
 	in := trace.Report{
@@ -80,13 +80,13 @@ func TestTraceReportTwin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out traceReport
+	var out TraceReport
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
 	p := out.Polls[0]
 	pc := out.PollCounts[0]
-	if out.DurationNS != 7 || p != (tracePoll{CPU: 1, Seq: 2, Softirq: 3, Iteration: 4, Device: "vxB", Work: 5, TimeNS: 6}) ||
+	if out.DurationNS != 7 || p != (TracePoll{CPU: 1, Seq: 2, Softirq: 3, Iteration: 4, Device: "vxB", Work: 5, TimeNS: 6}) ||
 		pc.CPU != 1 || pc.Device != "vxB" || pc.Polls != 8 || pc.Packets != 9 || out.Lost.PollsTruncated != 10 || out.Lost.RingbufFull != 11 {
 		t.Fatalf("twin mismatch: %+v", out)
 	}

@@ -11,8 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/falcon"
 	"gopkg.in/yaml.v3"
+
+	"github.com/rxlane/rxlane/internal/falcon"
 )
 
 // Scenario is one simulation input, as read from YAML. docs/sim.md

@@ -15,36 +15,13 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/rxlane/rxlane/internal/sim"
 )
 
 // ErrInput wraps every error caused by the files given to the twin (a
 // usage error for the command line).
 var ErrInput = errors.New("twin")
-
-// tracePoll is trace.Poll (internal/trace/report.go): one napi:napi_poll,
-// which fires when the poll function returns.
-type tracePoll struct {
-	CPU       int    `json:"cpu"`
-	Seq       uint64 `json:"seq"`
-	Softirq   uint64 `json:"softirq"`
-	Iteration uint32 `json:"iteration"`
-	Device    string `json:"device"`
-	Work      int    `json:"work"`
-	TimeNS    int64  `json:"time_ns"`
-}
-
-// traceReport is the part of trace.Report the twin reads.
-type traceReport struct {
-	DurationNS int64       `json:"duration_ns"`
-	Polls      []tracePoll `json:"polls"`
-	PollCounts []struct {
-		CPU     int    `json:"cpu"`
-		Device  string `json:"device"`
-		Polls   uint64 `json:"polls"`
-		Packets uint64 `json:"packets"`
-	} `json:"poll_counts"`
-	Packets uint64 `json:"packets"`
-}
 
 // StageCost is the traced cost of one receive stage: busy = PollNs +
 // PerPacketNs x work per poll, tracer overhead included.
@@ -79,7 +56,7 @@ type TracedCosts struct {
 
 // readTrace reads a tracer report, gzip-compressed if the name ends in
 // .gz.
-func readTrace(path string) (*traceReport, error) {
+func readTrace(path string) (*sim.TraceReport, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: read trace: %w", ErrInput, err)
@@ -94,7 +71,7 @@ func readTrace(path string) (*traceReport, error) {
 		defer gz.Close()
 		r = gz
 	}
-	var tr traceReport
+	var tr sim.TraceReport
 	if err := json.NewDecoder(r).Decode(&tr); err != nil {
 		return nil, fmt.Errorf("%w: trace %s is not a 'rxlane trace napi --json' report: %w", ErrInput, path, err)
 	}
@@ -119,7 +96,7 @@ func readTrace(path string) (*traceReport, error) {
 //     with at least 20 polls the lower decile of the gap is taken (the
 //     polls that found their batch waiting), and busy = poll + per-packet
 //     x work is fitted over those points weighted by their counts.
-func CalibrateTrace(tr *traceReport) (TracedCosts, error) {
+func CalibrateTrace(tr *sim.TraceReport) (TracedCosts, error) {
 	var tc TracedCosts
 	// the wire: the device with the most packets polled outside a softirq
 	threaded := map[string]int{}
@@ -140,7 +117,7 @@ func CalibrateTrace(tr *traceReport) (TracedCosts, error) {
 		return tc, fmt.Errorf("%w: no device in the trace is polled by a NAPI thread: the twin models the testbed's nic layout (hostB's wire in threaded NAPI on the receive CPU; 'rxlane testbed up --layout nic')", ErrInput)
 	}
 	rx := cpuOf[wire]
-	polls := make([]tracePoll, 0, len(tr.Polls))
+	polls := make([]sim.TracePoll, 0, len(tr.Polls))
 	for _, p := range tr.Polls {
 		if p.CPU == rx {
 			polls = append(polls, p)

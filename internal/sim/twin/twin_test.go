@@ -1,15 +1,12 @@
 package twin
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/rxlane/rxlane/internal/trace"
 )
 
 const testdata = "../testdata/twin"
@@ -239,27 +236,6 @@ func TestMeasuredFromBenchReport(t *testing.T) {
 	c, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1})
 	if c.AppBusyPct == nil || c.RxUsPerPkt == nil || c.P50Us == nil {
 		t.Fatalf("vanilla 100k: %+v", c)
-	}
-}
-
-// TestTraceKeys: the twin reads trace.Report's JSON keys.
-func TestTraceKeys(t *testing.T) {
-	in := trace.Report{DurationNS: 7, Packets: 12,
-		Polls:      []trace.Poll{{CPU: 1, Seq: 2, Softirq: 3, Iteration: 4, Device: "vxB", Work: 5, TimeNS: 6}},
-		PollCounts: []trace.PollCount{{CPU: 1, Device: "vxB", Polls: 8, Packets: 9}},
-	}
-	b, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out traceReport
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	pc := out.PollCounts[0]
-	if out.DurationNS != 7 || out.Packets != 12 || out.Polls[0] != (tracePoll{CPU: 1, Seq: 2, Softirq: 3, Iteration: 4, Device: "vxB", Work: 5, TimeNS: 6}) ||
-		pc.CPU != 1 || pc.Device != "vxB" || pc.Polls != 8 || pc.Packets != 9 {
-		t.Fatalf("twin mismatch: %+v", out)
 	}
 }
 
