@@ -458,7 +458,7 @@ func TestAgentWorkloads(t *testing.T) {
 	// A lane that takes workloads skips no filter: the testbed's
 	// bridge must not call iptables (br_netfilter, loaded on this
 	// machine by Docker, does by default in every namespace).
-	bridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
+	testbedtest.BridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
 	before := testbedtest.Snapshot(t, tb)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agent.yaml")
@@ -573,26 +573,5 @@ lanes:
 	}
 	if after := testbedtest.Snapshot(t, tb); after != before {
 		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
-	}
-}
-
-// bridgeNetfilterOff turns br_netfilter's iptables calls off in the
-// test's namespace ns (nothing to do when br_netfilter is not loaded).
-func bridgeNetfilterOff(t *testing.T, ns string) {
-	t.Helper()
-	err := netns.Do(ns, false, func() error {
-		for _, k := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
-			p := "/proc/sys/net/bridge/" + k
-			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err := os.WriteFile(p, []byte("0"), 0o644); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -80,7 +80,7 @@ func TestAgentKubernetes(t *testing.T) {
 	pods := admin.CoreV1().Pods(ns)
 
 	tb := testbedtest.Up(t, testbedtest.Config(t))
-	bridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
+	testbedtest.BridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
 	before := testbedtest.Snapshot(t, tb)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agent.yaml")

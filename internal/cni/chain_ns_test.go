@@ -71,7 +71,7 @@ func newChainTest(t *testing.T) *chainTest {
 	plugin := buildPlugin(t)
 	c.node = testbedtest.Node(t, nodes.Options{Kind: nodes.Docker, Pods: -1, Prefix: "rxcni"})
 	c.ns = c.node.Sandboxes[0]
-	agenttest.BridgeNetfilterOff(t, c.ns)
+	testbedtest.BridgeNetfilterOff(t, c.ns)
 	// br0's MAC fixed, as a bridge the CNI bridge plugin makes has it:
 	// the plugin's CHECK compares it with its cached result, and a
 	// bridge without a set address takes its lowest port's, which

@@ -1,21 +1,17 @@
 // Package agenttest runs the node agent in tests of other packages (the
 // orchestrator watchers, the CNI plugin, the CLI): start one on a config
-// file and stop it when the test ends, and the namespace setting a lane
-// that takes workloads needs. internal/agent's own tests keep in-package
-// copies (a test of package agent cannot import this package).
+// file and stop it when the test ends. internal/agent's own tests keep an
+// in-package copy (a test of package agent cannot import this package).
 package agenttest
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rxlane/rxlane/internal/agent"
-	"github.com/rxlane/rxlane/internal/netns"
 )
 
 // Timeout bounds the agent's start (until ready) and its stop.
@@ -70,27 +66,4 @@ type LogWriter struct{ T testing.TB }
 func (w LogWriter) Write(b []byte) (int, error) {
 	w.T.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
-}
-
-// BridgeNetfilterOff turns br_netfilter's iptables calls off in the
-// test's namespace ns (a lane that takes workloads skips no filter, and
-// br_netfilter, when loaded, filters bridged traffic in every namespace;
-// nothing to do when it is not loaded).
-func BridgeNetfilterOff(t testing.TB, ns string) {
-	t.Helper()
-	err := netns.Do(ns, false, func() error {
-		for _, k := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
-			p := "/proc/sys/net/bridge/" + k
-			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err := os.WriteFile(p, []byte("0"), 0o644); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

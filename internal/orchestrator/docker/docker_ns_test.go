@@ -73,7 +73,7 @@ func TestDockerLabels(t *testing.T) {
 	// bridge must not call iptables (br_netfilter, loaded by Docker,
 	// does by default in every namespace), or the lane serves none of
 	// its endpoints.
-	agenttest.BridgeNetfilterOff(t, s.Sandbox)
+	testbedtest.BridgeNetfilterOff(t, s.Sandbox)
 
 	l1 := runContainer(ctx, t, s, "l1", true)
 
@@ -153,7 +153,7 @@ lanes:
 	if s.Node.PID() == pid {
 		t.Fatalf("dockerd still runs as pid %d after the restart", pid)
 	}
-	agenttest.BridgeNetfilterOff(t, s.Sandbox)
+	testbedtest.BridgeNetfilterOff(t, s.Sandbox)
 	l2 = waitRunning(ctx, t, s, "l2")
 	waitWorkloads(t, a, "after dockerd's restart: the resync's workloads", l2)
 	sendCounted(t, a, s, l2, 7000, 20)
