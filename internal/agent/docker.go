@@ -63,12 +63,7 @@ func (d *decoder) docker(n *yaml.Node, path string, ls []LaneConfig) *DockerConf
 func (a *Agent) startDocker() {
 	c := a.cfg.Docker
 	if c == nil {
-		for _, w := range a.WorkloadsOf(workload.SourceDocker) {
-			a.log.Info("no docker section: dropping a Docker workload of an earlier run", "workload", w.String())
-			if err := a.RemoveWorkload(w.Source, w.ID); err != nil {
-				a.log.Error("docker workload not removed", "workload", w.String(), "error", err.Error())
-			}
-		}
+		a.dropWorkloadsOf(workload.SourceDocker, "no docker section")
 		return
 	}
 	w := docker.New(docker.Options{Socket: c.Socket, Networks: c.Networks, Log: a.log})

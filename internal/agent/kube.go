@@ -69,12 +69,7 @@ func (a *Agent) kubeWatcher() (start func(ctx context.Context) (wait func()), er
 			// Kubernetes workloads of an earlier run with a kubernetes
 			// section: nothing would keep them current now (their pods
 			// may go, their addresses be reused).
-			for _, w := range a.WorkloadsOf(workload.SourceKubernetes) {
-				a.log.Info("no kubernetes section: dropping a Kubernetes workload of an earlier run", "workload", w.String())
-				if err := a.RemoveWorkload(w.Source, w.ID); err != nil {
-					a.log.Error("workload not removed", "workload", w.String(), "error", err.Error())
-				}
-			}
+			a.dropWorkloadsOf(workload.SourceKubernetes, "no kubernetes section")
 			return func() {}
 		}, nil
 	}

@@ -103,6 +103,18 @@ func (a *Agent) WorkloadsOf(source string) []workload.Workload {
 	return slices.DeleteFunc(a.Workloads(), func(w workload.Workload) bool { return w.Source != source })
 }
 
+// dropWorkloadsOf removes every workload of a source whose watcher the
+// configuration no longer runs: nothing would keep them current (their
+// containers may go, their addresses be reused).
+func (a *Agent) dropWorkloadsOf(source, why string) {
+	for _, w := range a.WorkloadsOf(source) {
+		a.log.Info(why+": dropping a workload of an earlier run", "workload", w.String())
+		if err := a.RemoveWorkload(w.Source, w.ID); err != nil {
+			a.log.Error("workload not removed", "workload", w.String(), "error", err.Error())
+		}
+	}
+}
+
 // workloadOf is the workload that asks for rule r. Called with a.mu held.
 func (a *Agent) workloadOf(r policy.Rule) (workload.Workload, bool) {
 	for _, w := range a.workloads {
