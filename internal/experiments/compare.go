@@ -208,17 +208,27 @@ func frozen(run func(context.Context, bench.LatencyOptions, string) (bench.RepRe
 	}
 }
 
-// waitStopped polls /proc/PID/stat until the process is stopped (state
-// T) or gone, for at most timeout.
+// procState is the state letter of /proc/PID/stat (T: stopped).
+func procState(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) == 0 {
+		return "", fmt.Errorf("/proc/%d/stat: no state", pid)
+	}
+	return f[0], nil
+}
+
+// waitStopped polls the process's state until it is stopped (T) or
+// gone, for at most timeout.
 func waitStopped(pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return true // gone: nothing runs
-		}
-		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "T" {
-			return true
+		st, err := procState(pid)
+		if err != nil || st == "T" {
+			return true // stopped, or gone: nothing runs
 		}
 		if time.Now().After(deadline) {
 			return false

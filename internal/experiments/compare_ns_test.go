@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/vishvananda/netlink"
 )
 
 // TestCompareRun runs vanilla vs lanes briefly and checks that the lane,

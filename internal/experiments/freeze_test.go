@@ -3,9 +3,7 @@ package experiments
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,15 +11,14 @@ import (
 	"github.com/rxlane/rxlane/internal/bench"
 )
 
-// procState is the state letter of /proc/PID/stat (T: stopped).
-func procState(t *testing.T, pid int) string {
+// state is procState, failing the test on an error.
+func state(t *testing.T, pid int) string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procState(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return f[0]
+	return st
 }
 
 // TestFrozen: the wrapped case runs with the daemons stopped and they
@@ -40,7 +37,7 @@ func TestFrozen(t *testing.T) {
 		var during []string
 		run := frozen(func(context.Context, bench.LatencyOptions, string) (bench.RepResult, error) {
 			for _, p := range pids {
-				during = append(during, procState(t, p))
+				during = append(during, state(t, p))
 			}
 			if fail {
 				return bench.RepResult{}, errors.New("case failed")
@@ -55,7 +52,7 @@ func TestFrozen(t *testing.T) {
 			t.Errorf("fail=%v: states during the case %v, want both stopped (T)", fail, during)
 		}
 		for _, p := range pids {
-			if s := procState(t, p); s == "T" {
+			if s := state(t, p); s == "T" {
 				t.Errorf("fail=%v: %d still stopped after the case", fail, p)
 			}
 		}
