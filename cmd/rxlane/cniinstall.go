@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/rxlane/rxlane/internal/journal"
 )
 
 // cni-install: what the DaemonSet's init container and preStop hook run
@@ -168,30 +170,10 @@ func (c *conflist) write(path string) error {
 	return writeFileAtomic(path, out.Bytes(), mode)
 }
 
-// writeFileAtomic writes a temporary file beside path (a name no runtime
-// loads: no .conf/.conflist/.json ending) and renames it over path.
+// writeFileAtomic replaces path (journal.WriteFile: its temporary file,
+// ".NAME.tmp*", ends in no .conf/.conflist/.json, so no runtime loads it).
 func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".rxlane-cni-*.tmp")
-	if err != nil {
-		return fmt.Errorf("cni-install: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cni-install: %w", err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cni-install: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cni-install: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cni-install: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := journal.WriteFile(path, b, mode); err != nil {
 		return fmt.Errorf("cni-install: %w", err)
 	}
 	return nil

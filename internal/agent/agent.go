@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/isolate"
+	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
@@ -943,5 +944,5 @@ func (a *Agent) saveRuntime() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(a.cfg.AgentDir(), runtimeFile), b)
+	return journal.WriteFile(filepath.Join(a.cfg.AgentDir(), runtimeFile), b, 0o600)
 }

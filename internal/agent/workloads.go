@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/workload"
 )
@@ -277,14 +278,5 @@ func (a *Agent) saveWorkloads() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(a.cfg.AgentDir(), workloadsFile), b)
-}
-
-// writeAtomic replaces path with b (a reader sees the old or the new).
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return journal.WriteFile(filepath.Join(a.cfg.AgentDir(), workloadsFile), b, 0o600)
 }

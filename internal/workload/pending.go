@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/rxlane/rxlane/internal/journal"
 )
 
 // A pending record is a workload change made while no agent ran (the CNI
@@ -54,20 +56,9 @@ func WritePending(dir, op string, w Workload) error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(dir, pendingName(w))
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("pending record: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("pending record: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("pending record: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
+	// journal.WriteFile's temporary file starts with ".", which
+	// TakePending leaves alone: a record is taken only once whole.
+	if err := journal.WriteFile(filepath.Join(dir, pendingName(w)), b, 0o600); err != nil {
 		return fmt.Errorf("pending record: %w", err)
 	}
 	return nil
