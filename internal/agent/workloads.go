@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -246,17 +245,9 @@ func (a *Agent) applyPending() {
 
 func (a *Agent) loadWorkloads() error {
 	a.workloads = map[string]workload.Workload{}
-	p := filepath.Join(a.cfg.AgentDir(), workloadsFile)
-	b, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
 	var ws []workload.Workload
-	if err := json.Unmarshal(b, &ws); err != nil {
-		return fmt.Errorf("workloads %s: %w", p, err)
+	if _, err := journal.LoadJSON(filepath.Join(a.cfg.AgentDir(), workloadsFile), "the agent's workloads", &ws); err != nil {
+		return err
 	}
 	for _, w := range ws {
 		if err := w.Validate(); err != nil {
