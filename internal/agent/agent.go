@@ -21,6 +21,7 @@ import (
 	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/orchestrator/kube"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/steer"
 	"github.com/rxlane/rxlane/internal/workload"
@@ -54,6 +55,10 @@ type Options struct {
 	// OnSync, if set, is called after every sync of a lane by its watch
 	// (containers that came or went, the safety resync).
 	OnSync func(netns string, err error)
+	// OnDockerSync, if set, is called after every full resync of the
+	// Docker watcher (each (re)connection, and periodically) with its
+	// result.
+	OnDockerSync func(err error)
 }
 
 // Agent owns the lanes and steering its configuration names.
@@ -75,6 +80,9 @@ type Agent struct {
 	wg      sync.WaitGroup
 	ready   atomic.Bool
 	reloads chan chan error
+	// The orchestrator watchers (watchers.go); only Run's goroutine
+	// starts and stops them.
+	dockerRun, kubeRun *watcherRun
 }
 
 // laneRun is one lanes entry being kept current.
@@ -242,9 +250,11 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	}
 	// Its client is made before anything is applied: a config it
 	// cannot follow stops the start with nothing changed.
-	startKube, err := a.kubeWatcher()
-	if err != nil {
-		return err
+	var kw *kube.Watcher
+	if a.cfg.Kubernetes != nil {
+		if kw, err = a.newKubeWatcher(a.cfg.Kubernetes); err != nil {
+			return err
+		}
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -257,9 +267,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.mu.Unlock()
 	// What the CNI plugin recorded while no agent ran.
 	a.applyPending()
-	a.startDocker()
-	// The pod watcher (config kubernetes:), stopped before the agent.
-	waitKube := startKube(runCtx)
+	// The docker and kubernetes watchers, stopped before the agent.
+	a.startWatchers(nil, a.cfg, kw)
 	a.ready.Store(true)
 	a.log.Info("agent ready", "ready", a.Ready())
 	if ready != nil {
@@ -273,7 +282,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 		select {
 		case <-ctx.Done():
 			cancel()
-			waitKube()
+			a.stopWatchers()
 			return a.stop()
 		case reply := <-a.reloads:
 			reply <- a.reload("request")
@@ -306,24 +315,38 @@ func (a *Agent) Reload() error {
 	}
 }
 
+// reload runs in Run's goroutine, the only one that replaces a.cfg (so
+// it reads a.cfg without a.mu).
 func (a *Agent) reload(why string) error {
+	refuse := func(err error) error {
+		a.log.Error("config not reloaded: the running one stays", "why", why, "error", err.Error())
+		return err
+	}
 	cfg, err := LoadConfig(a.opts.ConfigFile)
 	if err != nil {
-		a.log.Error("config not reloaded: the running one stays", "why", why, "error", err.Error())
-		return err
+		return refuse(err)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if cfg.StateDir != a.cfg.StateDir || cfg.Socket != a.cfg.Socket {
-		err := errors.New("state_dir and socket take effect only at a restart of the agent")
-		a.log.Error("config not reloaded: the running one stays", "why", why, "error", err.Error())
-		return err
+	old := a.cfg
+	if cfg.StateDir != old.StateDir || cfg.Socket != old.Socket {
+		return refuse(errors.New("state_dir and socket take effect only at a restart of the agent"))
+	}
+	// A changed kubernetes section's client is made first: one that
+	// cannot be made refuses the whole reload, nothing changed.
+	var kw *kube.Watcher
+	if cfg.Kubernetes != nil && !sameKube(old.Kubernetes, cfg.Kubernetes) {
+		if kw, err = a.newKubeWatcher(cfg.Kubernetes); err != nil {
+			return refuse(err)
+		}
 	}
 	a.log.Info("reloading config", "why", why)
-	old := a.cfg
+	a.mu.Lock()
 	a.cfg = cfg
-	a.dockerReloaded(old, cfg)
-	return a.apply(cfg, old)
+	err = a.apply(cfg, old)
+	a.mu.Unlock()
+	// After the lanes: a new watcher's workloads go to the lanes of the
+	// new configuration.
+	a.startWatchers(old, cfg, kw)
+	return err
 }
 
 // stamp identifies a version of the configuration file.

@@ -3,11 +3,11 @@ package agent
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/rxlane/rxlane/internal/orchestrator/docker"
-	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // DockerConfig is the configuration's docker section: the agent watches
@@ -19,20 +19,36 @@ type DockerConfig struct {
 	// Networks, if set, are the networks (names or IDs) whose addresses
 	// count; by default those of the overlay driver.
 	Networks []string `json:"networks,omitempty"`
-	Line     int      `json:"line"`
+	// Resync is the period of the full resync while the engine is
+	// connected (default docker.DefaultResync; 0: only at each
+	// (re)connection).
+	Resync time.Duration `json:"resync"`
+	Line   int           `json:"line"`
+}
+
+// minDockerResync bounds the resync's pace: each one lists the
+// engine's containers and networks.
+const minDockerResync = time.Second
+
+// sameDocker: the two sections make the same watcher (nil: none).
+func sameDocker(a, b *DockerConfig) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Socket == b.Socket && slices.Equal(a.Networks, b.Networks) && a.Resync == b.Resync
 }
 
 // docker parses the docker section. It needs a lanes entry that takes
 // workloads: without one, the labels could change nothing.
 func (d *decoder) docker(n *yaml.Node, path string, ls []LaneConfig) *DockerConfig {
-	c := &DockerConfig{Socket: docker.DefaultSocket, Line: n.Line}
+	c := &DockerConfig{Socket: docker.DefaultSocket, Resync: docker.DefaultResync, Line: n.Line}
 	if l, ok := d.keyLine[n]; ok {
 		c.Line = l
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		// "docker:" alone: the defaults.
 	} else {
-		f := d.fields(n, path, "socket", "networks")
+		f := d.fields(n, path, "socket", "networks", "resync")
 		if v := f["socket"]; v != nil {
 			c.Socket = d.absPath(v, path+".socket")
 		}
@@ -47,44 +63,19 @@ func (d *decoder) docker(n *yaml.Node, path string, ls []LaneConfig) *DockerConf
 				d.fail(v, path+".networks", "empty list: leave it out for every overlay network")
 			}
 		}
+		if v := f["resync"]; v != nil {
+			if v.Kind == yaml.ScalarNode && (v.Value == "0" || v.Value == "0s") {
+				c.Resync = 0
+			} else if r, ok := d.duration(v, path+".resync"); ok {
+				if r < minDockerResync {
+					d.fail(v, path+".resync", "%s: want %s or more (each resync lists the engine's containers), or 0 for none besides the reconnections'", r, minDockerResync)
+				}
+				c.Resync = r
+			}
+		}
 	}
 	if !slices.ContainsFunc(ls, func(l LaneConfig) bool { return l.Workloads }) {
 		d.fail(n, path, "no lanes entry takes workloads: add workloads: true to the lane of the namespace where the overlay's VXLAN device is (for Docker's overlay, the network's sandbox)")
 	}
 	return c
-}
-
-// startDocker runs the Docker watcher of the configuration, if any,
-// until the agent stops. A docker section changed by a reload takes
-// effect at the agent's next start (dockerReloaded says so). Without a
-// docker section, the Docker workloads kept from an earlier run are
-// dropped: nothing would keep them current (their containers may go, and
-// their addresses go to others).
-func (a *Agent) startDocker() {
-	c := a.cfg.Docker
-	if c == nil {
-		a.dropWorkloadsOf(workload.SourceDocker, "no docker section")
-		return
-	}
-	w := docker.New(docker.Options{Socket: c.Socket, Networks: c.Networks, Log: a.log})
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		w.Run(a.ctx, a)
-	}()
-}
-
-// dockerReloaded warns that a changed docker section waits for a
-// restart (the watcher's resync at a restart applies it whole).
-func (a *Agent) dockerReloaded(old, cfg *Config) {
-	var o, n DockerConfig
-	if old.Docker != nil {
-		o = *old.Docker
-	}
-	if cfg.Docker != nil {
-		n = *cfg.Docker
-	}
-	if o.Socket != n.Socket || !slices.Equal(o.Networks, n.Networks) {
-		a.log.Warn("the docker section changed: it takes effect at the agent's restart")
-	}
 }

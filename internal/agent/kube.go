@@ -1,20 +1,17 @@
 package agent
 
 import (
-	"context"
 	"os"
-	"sync"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/rxlane/rxlane/internal/orchestrator/kube"
-	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // KubernetesConfig is the config's kubernetes section: the agent watches
 // its node's pods and gives the lanes with `workloads: true` the lanes
-// their annotations ask for (internal/orchestrator/kube). Read at start:
-// a reload that changes it is applied at the agent's next start.
+// their annotations ask for (internal/orchestrator/kube). A reload that
+// changes it restarts the watcher (watchers.go).
 type KubernetesConfig struct {
 	// NodeName is the node whose pods are watched (default $NODE_NAME,
 	// which the DaemonSet sets from spec.nodeName).
@@ -57,39 +54,22 @@ func (d *decoder) kubernetes(n *yaml.Node, path string) *KubernetesConfig {
 	return k
 }
 
-// kubeWatcher makes the pod watcher when the config has a kubernetes
-// section; start runs it (until ctx ends) and returns a wait that
-// returns once it has stopped. A client that cannot be made (no
-// kubeconfig, not in a cluster) is an error: the agent does not start
-// half of what its config asks.
-func (a *Agent) kubeWatcher() (start func(ctx context.Context) (wait func()), err error) {
-	k := a.cfg.Kubernetes
-	if k == nil {
-		return func(context.Context) func() {
-			// Kubernetes workloads of an earlier run with a kubernetes
-			// section: nothing would keep them current now (their pods
-			// may go, their addresses be reused).
-			a.dropWorkloadsOf(workload.SourceKubernetes, "no kubernetes section")
-			return func() {}
-		}, nil
+// sameKube: the two sections make the same watcher (nil: none).
+func sameKube(a, b *KubernetesConfig) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
+	return a.NodeName == b.NodeName && a.Kubeconfig == b.Kubeconfig
+}
+
+// newKubeWatcher makes the pod watcher of a kubernetes section. A client
+// that cannot be made (no kubeconfig, not in a cluster) is an error,
+// found before anything is applied: the agent neither starts nor reloads
+// half of what its config asks.
+func (a *Agent) newKubeWatcher(k *KubernetesConfig) (*kube.Watcher, error) {
 	client, err := kube.Client(k.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	w, err := kube.New(kube.Options{Node: k.NodeName, Client: client, Sink: a, Log: a.log})
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) func() {
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := w.Run(ctx); err != nil && ctx.Err() == nil {
-				a.log.Error("kubernetes pod watcher stopped", "error", err.Error())
-			}
-		}()
-		return wg.Wait
-	}, nil
+	return kube.New(kube.Options{Node: k.NodeName, Client: client, Sink: a, Log: a.log})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/orchestrator/kube/kubetest"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
@@ -98,7 +100,7 @@ kubernetes:
 
 	ctrB := testbed.OverlayB.String()
 	web := mkPod(t, admin, ns, "web", "node-x", false, map[string]string{workload.AnnotationLane: "high", workload.AnnotationPorts: "7000", workload.AnnotationProto: "udp"}, ctrB)
-	mkPod(t, admin, ns, "elsewhere", "node-y", false, map[string]string{workload.AnnotationLane: "high"}, "10.99.1.2")
+	elsewhere := mkPod(t, admin, ns, "elsewhere", "node-y", false, map[string]string{workload.AnnotationLane: "high"}, "10.99.1.2")
 	mkPod(t, admin, ns, "plain", "node-x", false, nil, "10.99.0.3")
 	mkPod(t, admin, ns, "hostnet", "node-x", true, map[string]string{workload.AnnotationLane: "high"}, "192.0.2.10")
 	batch := mkPod(t, admin, ns, "batch", "node-x", false, map[string]string{workload.AnnotationLane: "high", workload.AnnotationPorts: "9000"}, "10.99.0.4")
@@ -175,18 +177,22 @@ kubernetes:
 	if ls := a.Status().Lanes[0]; len(ls.Rules) != 0 {
 		t.Fatalf("lane rules after the pods went: %+v", ls.Rules)
 	}
-	// The kubernetes section removed: the watcher's workloads of the
-	// earlier run are dropped (nothing would keep them current).
 	late := mkPod(t, admin, ns, "late", "node-x", false, map[string]string{workload.AnnotationLane: "high"}, "10.99.0.5")
 	waitFor(t, "the late pod's workload", func() bool { return kube() == late+"::[10.99.0.5]" })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
 	text, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeConfig(t, file, string(text[:strings.Index(string(text), "kubernetes:")]))
+	conf := string(text)
+	noKube := conf[:strings.Index(conf, "kubernetes:")]
+	reloadKube(t, a, st, file, conf, noKube, kube, late+"::[10.99.0.5]", elsewhere+"::[10.99.1.2]")
+
+	// The kubernetes section removed, the agent restarted: the watcher's
+	// workloads of the earlier run are dropped.
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	writeConfig(t, file, noKube)
 	a, stop = startAgent(t, Options{ConfigFile: file})
 	if k := kube(); k != "" {
 		t.Fatalf("kubernetes workloads without a kubernetes section: %s", k)
@@ -199,6 +205,74 @@ kubernetes:
 	}
 	if after := testbedtest.Snapshot(t, tb); after != before {
 		t.Errorf("cleanup did not restore the testbed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// reloadKube changes the kubernetes section of the running agent by
+// reloads (conf has it for node-x; noKube is conf without it): node-y
+// instead of node-x restarts the watcher on node-y's pods (x's workload,
+// xW, goes and y's, yW, comes); a kubeconfig that is not there refuses
+// the reload with nothing changed; the section removed drops the
+// kubernetes workloads at once; put back, node-x's pod is back. Neither
+// a CNI workload nor the lane's programs are touched by any of it.
+func reloadKube(t *testing.T, a *Agent, st *lanes.Store, file, conf, noKube string, kube func() string, xW, yW string) {
+	t.Helper()
+	cni := workload.Workload{Source: workload.SourceCNI, ID: "c0ffee/eth0", Name: "cni-pod",
+		IPs: []netip.Addr{netip.MustParseAddr("10.99.0.9")}, Lane: workload.LaneHigh, Ports: "7100"}
+	if err := a.SetWorkload(cni); err != nil {
+		t.Fatal(err)
+	}
+	ids := laneProgIDs(t, st)
+	untouched := func(what string) {
+		t.Helper()
+		if ws := a.WorkloadsOf(workload.SourceCNI); len(ws) != 1 || ws[0].ID != cni.ID {
+			t.Fatalf("%s: the CNI workloads are %+v, want the one set", what, ws)
+		}
+		if _, ok := rulePackets(t, st, 7100); !ok {
+			t.Fatalf("%s: the CNI workload's rule is gone", what)
+		}
+		if got := laneProgIDs(t, st); !maps.Equal(got, ids) {
+			t.Fatalf("%s: the lane's programs reattached: %v before, %v after", what, ids, got)
+		}
+	}
+	reload := func(text string) error {
+		t.Helper()
+		writeConfig(t, file, text)
+		return a.Reload()
+	}
+
+	if err := reload(strings.Replace(conf, "node_name: node-x", "node_name: node-y", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node-y's pod instead of node-x's after the reload", func() bool { return kube() == yW })
+	untouched("node_name changed")
+
+	if err := reload(strings.Replace(conf, "kubeconfig: ", "kubeconfig: /nonexistent", 1)); err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Fatalf("reload with a kubeconfig that is not there: %v, want refused", err)
+	}
+	if k := a.Config().Kubernetes; k == nil || k.NodeName != "node-y" {
+		t.Fatalf("a refused reload changed the running config: %+v", k)
+	}
+	if k := kube(); k != yW {
+		t.Fatalf("a refused reload changed the workloads: %s, want %s", k, yW)
+	}
+
+	// Dropped when Reload returns: nothing would keep them current.
+	if err := reload(noKube); err != nil {
+		t.Fatal(err)
+	}
+	if k := kube(); k != "" {
+		t.Fatalf("kubernetes workloads after the section's removal: %s", k)
+	}
+	untouched("section removed")
+
+	if err := reload(conf); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node-x's pod back with the section", func() bool { return kube() == xW })
+	untouched("section back")
+	if err := a.RemoveWorkload(cni.Source, cni.ID); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -71,8 +71,8 @@ func TestKubeWatcherNeedsClient(t *testing.T) {
 		{"", "not in a cluster"},
 		{"/nonexistent/kubeconfig", "no such file"},
 	} {
-		a := &Agent{cfg: &Config{Kubernetes: &KubernetesConfig{NodeName: "n", Kubeconfig: tc.kubeconfig}}}
-		if _, err := a.kubeWatcher(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		a := &Agent{}
+		if _, err := a.newKubeWatcher(&KubernetesConfig{NodeName: "n", Kubeconfig: tc.kubeconfig}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("kubeconfig %q: %v, want %q", tc.kubeconfig, err, tc.want)
 		}
 	}

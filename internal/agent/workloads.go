@@ -35,6 +35,12 @@ func (a *Agent) SetWorkload(w workload.Workload) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	prev, had := a.workloads[w.Key()]
+	if had && sameWorkload(prev, w) && len(workload.Overlapping(w, a.workloads)) == 0 {
+		// Held as it is (a watcher's resync, a CNI ADD repeated):
+		// nothing to reconcile, nothing to save. Lanes are not synced
+		// when the set of workloads is equal.
+		return nil
+	}
 	replaced := map[string]workload.Workload{}
 	for _, k := range workload.Overlapping(w, a.workloads) {
 		replaced[k] = a.workloads[k]
@@ -61,6 +67,11 @@ func (a *Agent) SetWorkload(w workload.Workload) error {
 	}
 	a.log.Info("workload set", "workload", w.String(), "lane", w.Lane, "ips", fmt.Sprint(w.IPs), "ports", w.Ports)
 	return nil
+}
+
+// sameWorkload: a and b (same key) ask for the same thing.
+func sameWorkload(a, b workload.Workload) bool {
+	return a.Name == b.Name && slices.Equal(a.IPs, b.IPs) && a.Lane == b.Lane && a.Ports == b.Ports && a.Proto == b.Proto
 }
 
 // RemoveWorkload drops a workload's lane request (nothing to do if the
@@ -108,7 +119,7 @@ func (a *Agent) WorkloadsOf(source string) []workload.Workload {
 // containers may go, their addresses be reused).
 func (a *Agent) dropWorkloadsOf(source, why string) {
 	for _, w := range a.WorkloadsOf(source) {
-		a.log.Info(why+": dropping a workload of an earlier run", "workload", w.String())
+		a.log.Info(why+": dropping a workload nothing keeps current", "workload", w.String())
 		if err := a.RemoveWorkload(w.Source, w.ID); err != nil {
 			a.log.Error("workload not removed", "workload", w.String(), "error", err.Error())
 		}

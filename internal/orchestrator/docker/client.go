@@ -10,7 +10,8 @@
 // container, and /events streamed for changes. A daemon that restarts
 // ends the event stream: the watcher reconnects with a backoff and
 // resyncs fully, removing the workloads of containers that went while it
-// was away.
+// was away. While connected it also resyncs every Options.Resync, which
+// corrects what no event said.
 package docker
 
 import (

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,11 @@ import (
 //     is removed), and the labelled container, restarted by the engine,
 //     is served again on the remade sandbox.
 //   - Its removal at last leaves the lane without a rule.
+//   - Reloads of the docker section (reloadDocker): the watcher restarts
+//     with a periodic resync that restores a workload removed behind its
+//     back and reconciles nothing when nothing changed; the section
+//     removed drops the Docker workloads, put back restores them; a CNI
+//     workload is untouched.
 //   - Restarted without the docker section, the agent drops the Docker
 //     workloads it kept (nothing would keep them current).
 func TestDockerLabels(t *testing.T) {
@@ -107,7 +113,12 @@ lanes:
 	})
 	// A short safety resync: the sandbox's bridge netfilter is turned
 	// off again after dockerd remakes it, which no event announces.
-	a, stop := agenttest.Start(t, agent.Options{ConfigFile: file, ConfigPoll: 50 * time.Millisecond, Watch: laneWatch()})
+	// reconciles counts the agent's reconciles of the lane's rules,
+	// syncs the watcher's full resyncs that succeeded.
+	var reconciles, syncs atomic.Int64
+	a, stop := agenttest.Start(t, agent.Options{ConfigFile: file, ConfigPoll: 50 * time.Millisecond, Watch: laneWatch(),
+		OnReconcile:  func(string, time.Duration, error) { reconciles.Add(1) },
+		OnDockerSync: func(err error) { syncs.Add(bool2int(err == nil)) }})
 
 	waitWorkloads(t, a, "the labelled container's workload, the gone one removed", l1)
 	if ws := a.WorkloadsOf(workload.SourceDocker); ws[0].Name != "rxdk-l1" || ws[0].Ports != "7000" || ws[0].Proto != "udp" {
@@ -164,10 +175,12 @@ lanes:
 	waitWorkloads(t, a, "no workload after the removal")
 	waitFor(t, "the lane without rules", func() bool { return len(laneRules(a)) == 0 })
 
-	// The docker section removed, the agent restarted: nothing keeps
-	// the Docker workloads current any more, so they go.
 	l3 := runContainer(ctx, t, s, "l3", true)
 	waitWorkloads(t, a, "the third labelled container's workload", l3)
+	reloadDocker(t, a, file, conf, "docker:\n  socket: "+s.Node.Socket+"\n", l3, &reconciles, &syncs)
+
+	// The docker section removed, the agent restarted: nothing keeps
+	// the Docker workloads current any more, so they go.
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +196,90 @@ lanes:
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// reloadDocker changes the running agent's docker section by reloads
+// (conf is the config with the docker section, section that section's
+// text, l3 a labelled container running):
+//
+//   - resync: 1s added: the watcher restarts with it, and its periodic
+//     resync restores l3's workload removed behind its back (no event
+//     says so: without the periodic resync it would stay gone); then
+//     three resyncs that find nothing changed reconcile no lane (no
+//     churn);
+//   - the section removed: the Docker workloads are dropped when the
+//     reload returns;
+//   - the section back: l3's workload is back.
+//
+// A CNI workload stays through all of it, its rule in the lane.
+func reloadDocker(t *testing.T, a *agent.Agent, file, conf, section string, l3 ctr, reconciles, syncs *atomic.Int64) {
+	t.Helper()
+	cni := workload.Workload{Source: workload.SourceCNI, ID: "c0ffee/eth0", Name: "cni-ctr",
+		IPs: []netip.Addr{netip.MustParseAddr("10.199.0.252")}, Lane: workload.LaneHigh, Ports: "7100", Proto: "udp"}
+	if err := a.SetWorkload(cni); err != nil {
+		t.Fatal(err)
+	}
+	cniRule := "dst 10.199.0.252/32 proto udp port 7100"
+	untouched := func(what string) {
+		t.Helper()
+		if ws := a.WorkloadsOf(workload.SourceCNI); len(ws) != 1 || ws[0].ID != cni.ID {
+			t.Fatalf("%s: the CNI workloads are %+v, want the one set", what, ws)
+		}
+		if !slices.Contains(laneRules(a), cniRule) {
+			t.Fatalf("%s: the CNI workload's rule is gone: %q", what, laneRules(a))
+		}
+	}
+	reload := func(text string) {
+		t.Helper()
+		// Atomically: the agent also polls the file.
+		if err := os.WriteFile(file+".tmp", []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s0 := syncs.Load()
+	reload(strings.Replace(conf, section, section+"  resync: 1s\n", 1))
+	if r := a.Config().Docker.Resync; r != time.Second {
+		t.Fatalf("docker.resync %v after the reload, want 1s", r)
+	}
+	// The new watcher's first resync done, the removal below is
+	// corrected by a periodic one (no event names l3).
+	waitFor(t, "the restarted watcher's first resync", func() bool { return syncs.Load() > s0 })
+	if err := a.RemoveWorkload(workload.SourceDocker, l3.id); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkloads(t, a, "l3's workload restored by the periodic resync", l3)
+	untouched("resync added")
+	n, s0 := reconciles.Load(), syncs.Load()
+	waitFor(t, "three periodic resyncs", func() bool { return syncs.Load() >= s0+3 })
+	if d := reconciles.Load() - n; d != 0 {
+		t.Fatalf("%d lane reconciles during resyncs that found nothing changed, want 0", d)
+	}
+
+	reload(strings.Replace(conf, section, "", 1))
+	if ws := a.WorkloadsOf(workload.SourceDocker); len(ws) != 0 {
+		t.Fatalf("docker workloads after the section's removal: %+v", ws)
+	}
+	untouched("section removed")
+
+	reload(conf)
+	waitWorkloads(t, a, "l3's workload back with the section", l3)
+	untouched("section back")
+	if err := a.RemoveWorkload(cni.Source, cni.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func bool2int(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ctr is a labelled or plain container of the test.

@@ -34,10 +34,24 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the wait between attempts to
 	// reach the daemon (defaults 200 ms and 10 s).
 	MinBackoff, MaxBackoff time.Duration
+	// Resync, if positive, is the period of a full resync while the
+	// daemon is connected, besides the one at each (re)connection: it
+	// corrects what the events did not say (one missed, a container
+	// changed in a way no event we follow announces, a workload removed
+	// behind the watcher's back). 0: none. The agent's default is
+	// DefaultResync.
+	Resync time.Duration
 	// OnSync, if set, is called after every full resync (at each
-	// (re)connection) with its result.
+	// (re)connection, and each periodic one) with its result.
 	OnSync func(err error)
 }
+
+// DefaultResync is the agent's period of the full resync while
+// connected (docker.resync). A resync is three reads of the daemon
+// (containers, networks, and an inspect of nothing): cheap at this pace
+// even with hundreds of containers, and it bounds how long a missed
+// event can leave a lane wrong.
+const DefaultResync = time.Minute
 
 // Watcher keeps the sink's Docker workloads equal to the labelled
 // containers running on the daemon.
@@ -45,6 +59,11 @@ type Watcher struct {
 	opts   Options
 	client *Client
 	log    *slog.Logger
+
+	// syncMu serialises the resyncs and the events' handling: a
+	// periodic resync that read the containers before an event must not
+	// apply its older view after the event's.
+	syncMu sync.Mutex
 
 	mu      sync.Mutex
 	drivers map[string]string // network ID -> driver
@@ -117,16 +136,26 @@ func (w *Watcher) session(ctx context.Context, sink Sink) (connected bool, err e
 	w.mu.Lock()
 	w.drivers = map[string]string{} // network IDs do not survive a daemon's reinstall
 	w.mu.Unlock()
+	// The periodic resync lives as long as this connection.
+	pctx, stop := context.WithCancel(ctx)
+	var periodic sync.WaitGroup
+	defer func() {
+		stop()
+		periodic.Wait()
+	}()
 	err = w.client.Events(ctx, func() error {
 		w.log.Info("docker daemon connected: resyncing", "version", v.Version, "api", v.APIVersion)
-		err := w.Resync(ctx, sink)
-		if w.opts.OnSync != nil {
-			w.opts.OnSync(err)
-		}
-		if err != nil {
+		if err := w.resync(ctx, sink); err != nil {
 			return fmt.Errorf("resync: %w", err)
 		}
 		connected = true
+		if w.opts.Resync > 0 {
+			periodic.Add(1)
+			go func() {
+				defer periodic.Done()
+				w.resyncEvery(pctx, sink)
+			}()
+		}
 		return nil
 	}, func(e Event) { w.event(ctx, sink, e) })
 	if err == nil {
@@ -135,12 +164,43 @@ func (w *Watcher) session(ctx context.Context, sink Sink) (connected bool, err e
 	return connected, err
 }
 
+// resync is Resync told to OnSync.
+func (w *Watcher) resync(ctx context.Context, sink Sink) error {
+	err := w.Resync(ctx, sink)
+	if w.opts.OnSync != nil {
+		w.opts.OnSync(err)
+	}
+	return err
+}
+
+// resyncEvery resyncs every Resync until ctx ends (the connection or the
+// watcher). A failed one is logged: the event stream decides whether the
+// daemon is gone (then the session ends and the reconnect resyncs).
+func (w *Watcher) resyncEvery(ctx context.Context, sink Sink) {
+	tick := time.NewTicker(w.opts.Resync)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := w.resync(ctx, sink); err != nil && ctx.Err() == nil {
+				w.log.Warn("docker periodic resync failed: tried again at the next one", "error", err.Error())
+			}
+		}
+	}
+}
+
 // Resync makes the sink's Docker workloads those of the containers
 // running now: every labelled container on a counted network is set,
-// every other Docker workload removed. Its error is the daemon's (the
-// containers or networks not read); a workload the sink refuses (a lane
-// full) is logged and tried again at the next event or resync.
+// every other Docker workload removed. Idempotent: a workload the sink
+// holds as it is now is not set again, so a resync that finds nothing
+// changed changes nothing. Its error is the daemon's (the containers or
+// networks not read); a workload the sink refuses (a lane full) is
+// logged and tried again at the next event or resync.
 func (w *Watcher) Resync(ctx context.Context, sink Sink) error {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cs, err := w.client.Containers(cctx)
@@ -184,6 +244,8 @@ func (w *Watcher) event(ctx context.Context, sink Sink, e Event) {
 	if id == "" {
 		return
 	}
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
 	var err error
 	switch e.Action {
 	case "die", "destroy":
@@ -197,7 +259,7 @@ func (w *Watcher) event(ctx context.Context, sink Sink, e Event) {
 		case errors.Is(ierr, ErrNotFound):
 			err = w.remove(sink, id)
 		case ierr != nil:
-			// The stream's next resync (a reconnect) repairs it.
+			// The next resync (periodic, or a reconnect's) repairs it.
 			w.log.Error("docker event: cannot read the container", "event", e.Type+" "+e.Action, "container", id, "error", ierr.Error())
 			return
 		default:
