@@ -167,8 +167,8 @@ func TestChartDefault(t *testing.T) {
 	if ps.ServiceAccountName != o.sa[0].Name || ds.Namespace != "kube-system" {
 		t.Fatalf("service account %q (made %q), namespace %q", ps.ServiceAccountName, o.sa[0].Name, ds.Namespace)
 	}
-	if len(ps.Containers) != 1 || len(ps.InitContainers) != 1 {
-		t.Fatalf("containers %d, init containers %d", len(ps.Containers), len(ps.InitContainers))
+	if len(ps.Containers) != 2 || len(ps.InitContainers) != 1 || ps.Containers[0].Name != "agent" || ps.Containers[1].Name != "cni-watch" {
+		t.Fatalf("containers %d, init containers %d: want the agent and the cni-watch sidecar, and the install", len(ps.Containers), len(ps.InitContainers))
 	}
 	c := ps.Containers[0]
 	sc := c.SecurityContext
@@ -187,9 +187,15 @@ func TestChartDefault(t *testing.T) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m
 	}
-	for _, p := range []string{"/sys/fs/bpf", "/run/netns", "/run/rxlane", "/etc/rxlane", "/host/etc/cni/net.d", "/host/opt/cni/bin"} {
+	for _, p := range []string{"/sys/fs/bpf", "/run/netns", "/run/rxlane", "/etc/rxlane"} {
 		if _, ok := mounts[p]; !ok {
 			t.Errorf("agent has no mount at %s", p)
+		}
+	}
+	// The CNI directories are the sidecar's and the init container's.
+	for _, p := range []string{"/host/etc/cni/net.d", "/host/opt/cni/bin"} {
+		if _, ok := mounts[p]; ok {
+			t.Errorf("agent mounts %s: only the CNI containers write there", p)
 		}
 	}
 	for _, p := range []string{"/sys/fs/bpf", "/run/netns"} {
@@ -215,16 +221,33 @@ func TestChartDefault(t *testing.T) {
 	if !node {
 		t.Fatal("no NODE_NAME from spec.nodeName")
 	}
-	// Install in the init container, uninstall when the agent's pod stops.
+	// Install in the init container, kept chained by the sidecar,
+	// uninstalled when the pod stops (the sidecar's preStop).
 	if slices.Contains(c.Command, "--cleanup-on-exit") {
 		t.Fatal("the default agent disables its lanes when its pod stops (an update would detach them)")
 	}
-	ic := ps.InitContainers[0]
-	if !slices.Contains(ic.Command, "--install") || c.Lifecycle == nil || c.Lifecycle.PreStop == nil || !slices.Contains(c.Lifecycle.PreStop.Exec.Command, "--uninstall") {
-		t.Fatalf("install %v, preStop %+v", ic.Command, c.Lifecycle)
+	ic, w := ps.InitContainers[0], ps.Containers[1]
+	if !slices.Contains(ic.Command, "--install") || slices.Contains(ic.Command, "--watch") {
+		t.Fatalf("install %v", ic.Command)
 	}
-	if ic.SecurityContext == nil || ic.SecurityContext.Capabilities == nil || len(ic.SecurityContext.Capabilities.Add) != 0 {
-		t.Fatalf("init container security context %+v: want no capability", ic.SecurityContext)
+	if !slices.Contains(w.Command, "--install") || !slices.Contains(w.Command, "--watch") || w.Lifecycle == nil || w.Lifecycle.PreStop == nil || !slices.Contains(w.Lifecycle.PreStop.Exec.Command, "--uninstall") {
+		t.Fatalf("watch %v, preStop %+v", w.Command, w.Lifecycle)
+	}
+	if c.Lifecycle != nil {
+		t.Fatalf("agent lifecycle %+v: the uninstall is the sidecar's", c.Lifecycle)
+	}
+	for _, x := range []corev1.Container{ic, w} {
+		if x.SecurityContext == nil || x.SecurityContext.Capabilities == nil || len(x.SecurityContext.Capabilities.Add) != 0 ||
+			!slices.Equal(x.SecurityContext.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Fatalf("%s security context %+v: want no capability", x.Name, x.SecurityContext)
+		}
+		var dirs []string
+		for _, m := range x.VolumeMounts {
+			dirs = append(dirs, m.MountPath)
+		}
+		if !slices.Equal(dirs, []string{"/host/etc/cni/net.d", "/host/opt/cni/bin"}) {
+			t.Fatalf("%s mounts %v: want the CNI directories only", x.Name, dirs)
+		}
 	}
 	// RBAC: read pods, nothing else.
 	if len(o.cr) != 1 || len(o.cr[0].Rules) != 1 {
@@ -280,8 +303,8 @@ config: |
 	if ps.ServiceAccountName != "node-agent" || o.crb[0].Subjects[0].Name != "node-agent" || o.crb[0].Subjects[0].Namespace != "rx" {
 		t.Fatalf("service account %q, binding %+v", ps.ServiceAccountName, o.crb[0].Subjects)
 	}
-	if len(ps.InitContainers) != 0 || c.Lifecycle != nil {
-		t.Fatalf("cni.install false: init containers %d, lifecycle %+v", len(ps.InitContainers), c.Lifecycle)
+	if len(ps.InitContainers) != 0 || len(ps.Containers) != 1 || c.Lifecycle != nil {
+		t.Fatalf("cni.install false: init containers %d, containers %d, lifecycle %+v", len(ps.InitContainers), len(ps.Containers), c.Lifecycle)
 	}
 	if c.Image != "registry.example/rxlane:v9" || c.ReadinessProbe.HTTPGet.Port.IntValue() != 9500 || !slices.Contains(c.Command, "127.0.0.1:9500") || !slices.Contains(c.Command, "--cleanup-on-exit") {
 		t.Fatalf("image %q, probe %+v, command %v", c.Image, c.ReadinessProbe.HTTPGet, c.Command)

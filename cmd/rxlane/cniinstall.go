@@ -12,18 +12,21 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/journal"
 )
 
-// cni-install: what the DaemonSet's init container and preStop hook run
-// to put rxlane-cni at the end of the node's CNI chain and take it out
-// again (deploy/helm/rxlane, docs/orchestrators.md).
+// cni-install: what the DaemonSet's init container, cni-watch sidecar and
+// its preStop hook run to put rxlane-cni at the end of the node's CNI
+// chain, keep it there, and take it out again (deploy/helm/rxlane,
+// docs/orchestrators.md; the watch is in cniwatch.go).
 
 const cniPluginType = "rxlane-cni"
 
 type cniInstallFlags struct {
 	install, uninstall bool
+	watch              bool
 	confDir, binDir    string
 	plugin             string
 	socket             string
@@ -33,10 +36,11 @@ type cniInstallFlags struct {
 func newCNIInstallCmd() *cobra.Command {
 	f := &cniInstallFlags{}
 	cmd := &cobra.Command{
-		Use:   "cni-install (--install | --uninstall)",
+		Use:   "cni-install (--install [--watch] | --uninstall)",
 		Short: "Add rxlane-cni to the node's CNI chain, or remove it",
 		Long: `Chains rxlane-cni after the node's network plugin, as the rxlane DaemonSet's
-init container does (and its preStop hook undoes):
+init container does (its cni-watch sidecar keeps, and the sidecar's preStop
+hook undoes):
 
   --install    copy --plugin to --bin-dir/rxlane-cni and append the entry
                {"type": "rxlane-cni", "socket": SOCKET, "stateDir": DIR, "capabilities":
@@ -45,17 +49,32 @@ init container does (and its preStop hook undoes):
                container runtime uses: the lexically first .conflist, .conf
                or .json). An entry already there is replaced: running it
                twice changes nothing.
+  --watch      with --install: then keep watching that configuration. A
+               network plugin that rewrites it without rxlane-cni's entry
+               (Flannel's and Calico's install containers do when their pod
+               starts) gets the entry appended again, once. Other
+               configurations are never touched. Runs until SIGTERM, or
+               until --uninstall (from any container of the node) removes
+               rxlane-cni; the rxlane DaemonSet runs it as a sidecar.
   --uninstall  remove rxlane-cni entries from every .conflist in --conf-dir
                and --bin-dir/rxlane-cni. Nothing there: nothing to do.
 
 Files are replaced atomically (a runtime reading the configuration sees the
 old or the new one, never half). The first configuration must be a
-.conflist: a single-plugin .conf cannot chain, and is refused.`,
+.conflist: a single-plugin .conf cannot chain, and is refused. Install,
+uninstall and the watch take a lock, --bin-dir/.rxlane-cni.lock (removed by
+--uninstall), so a watch never puts back an entry an uninstall removed.
+
+Examples:
+  rxlane cni-install --install --watch     # chain it and keep it chained
+  rxlane cni-install --uninstall           # unchain it (a watch then stops)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case f.install == f.uninstall:
 				return usageError{errors.New("cni-install: give exactly one of --install and --uninstall")}
+			case f.watch && !f.install:
+				return usagef("cni-install: --watch keeps an --install chained: give it with --install")
 			case f.install && (!filepath.IsAbs(f.socket) || !filepath.IsAbs(f.stateDir)):
 				// The plugin refuses relative paths (CNI error 7) on
 				// every pod's ADD: refuse them here, once.
@@ -66,6 +85,9 @@ old or the new one, never half). The first configuration must be a
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "rxlane-cni installed in %s and chained in %s\n", f.binDir, conf)
+				if f.watch {
+					return cniWatch(cmd.Context(), f, conf, cniRecheck, cmd.OutOrStdout())
+				}
 			default:
 				changed, err := cniUninstall(f)
 				if err != nil {
@@ -81,6 +103,7 @@ old or the new one, never half). The first configuration must be a
 		},
 	}
 	cmd.Flags().BoolVar(&f.install, "install", false, "chain rxlane-cni (copy the binary, add the entry)")
+	cmd.Flags().BoolVar(&f.watch, "watch", false, "with --install: keep watching the configuration and chain rxlane-cni again when it is rewritten without it (until SIGTERM or --uninstall)")
 	cmd.Flags().BoolVar(&f.uninstall, "uninstall", false, "unchain rxlane-cni (remove the entries and the binary)")
 	cmd.Flags().StringVar(&f.confDir, "conf-dir", "/etc/cni/net.d", "the node's CNI network configurations")
 	cmd.Flags().StringVar(&f.binDir, "bin-dir", "/opt/cni/bin", "the node's CNI plugin binaries")
@@ -167,6 +190,10 @@ func (c *conflist) write(path string) error {
 	if st, err := os.Stat(path); err == nil {
 		mode = st.Mode().Perm()
 	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, out.Bytes()) {
+		// Unchanged: no rename for the runtime (or a watcher) to see.
+		return nil
+	}
 	return writeFileAtomic(path, out.Bytes(), mode)
 }
 
@@ -200,30 +227,65 @@ func cniInstall(f *cniInstallFlags) (string, error) {
 	if err := os.MkdirAll(f.binDir, 0o755); err != nil {
 		return "", fmt.Errorf("cni-install: %w", err)
 	}
+	unlock, err := lockCNI(f.binDir, true)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	// Read again under the lock: what a watcher or an uninstall wrote
+	// before is what this install changes.
+	if c, err = readConflist(conf); err != nil {
+		return "", err
+	}
 	// The binary first: a chain naming a plugin that is not there fails
 	// every pod's ADD.
 	if err := writeFileAtomic(filepath.Join(f.binDir, cniPluginType), bin, 0o755); err != nil {
 		return "", err
 	}
-	entry, err := json.Marshal(map[string]any{
-		"type":         cniPluginType,
-		"socket":       f.socket,
-		"stateDir":     f.stateDir,
-		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
-	})
-	if err != nil {
-		return "", err
-	}
-	c.plugins = slices.DeleteFunc(c.plugins, func(p json.RawMessage) bool { return pluginType(p) == cniPluginType })
-	c.plugins = append(c.plugins, entry)
+	c.chain(f.entry())
 	if err := c.write(conf); err != nil {
 		return "", err
 	}
 	return conf, nil
 }
 
-// cniUninstall returns what it changed.
+// entry is rxlane-cni's entry in the chain.
+func (f *cniInstallFlags) entry() json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"type":         cniPluginType,
+		"socket":       f.socket,
+		"stateDir":     f.stateDir,
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
+	})
+	return b
+}
+
+// chain makes entry the one rxlane-cni entry, last in the plugins.
+func (c *conflist) chain(entry json.RawMessage) {
+	c.plugins = slices.DeleteFunc(c.plugins, func(p json.RawMessage) bool { return pluginType(p) == cniPluginType })
+	c.plugins = append(c.plugins, entry)
+}
+
+// chained counts rxlane-cni's entries.
+func (c *conflist) chained() int {
+	n := 0
+	for _, p := range c.plugins {
+		if pluginType(p) == cniPluginType {
+			n++
+		}
+	}
+	return n
+}
+
+// cniUninstall returns what it changed. Under the lock, so that a
+// watcher (--watch) never puts back an entry it removed: the watcher
+// finds the binary gone once it has the lock, and stops.
 func cniUninstall(f *cniInstallFlags) ([]string, error) {
+	unlock, err := lockCNI(f.binDir, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var changed []string
 	confs, err := filepath.Glob(filepath.Join(f.confDir, "*.conflist"))
 	if err != nil {
@@ -254,5 +316,36 @@ func cniUninstall(f *cniInstallFlags) ([]string, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		errs = append(errs, fmt.Errorf("cni-install: %w", err))
 	}
+	if len(errs) == 0 {
+		// Held until unlock: a watcher waiting for it gets it, finds
+		// the binary gone and stops.
+		os.Remove(filepath.Join(f.binDir, cniLockName))
+	}
 	return changed, errors.Join(errs...)
+}
+
+// cniLockName is the lock install, uninstall and the watcher take in the
+// bin dir (a dot file: no runtime runs it as a plugin; shared by the
+// containers of the node that mount the directory).
+const cniLockName = ".rxlane-cni.lock"
+
+// lockCNI takes the lock (blocking). Without create, a missing lock or
+// bin dir is no lock: nothing was installed there.
+func lockCNI(binDir string, create bool) (unlock func(), err error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
+	}
+	l, err := os.OpenFile(filepath.Join(binDir, cniLockName), flags, 0o600)
+	if err != nil {
+		if !create && errors.Is(err, os.ErrNotExist) {
+			return func() {}, nil
+		}
+		return nil, fmt.Errorf("cni-install: lock: %w", err)
+	}
+	if err := unix.Flock(int(l.Fd()), unix.LOCK_EX); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("cni-install: lock %s: %w", l.Name(), err)
+	}
+	return func() { l.Close() }, nil
 }
