@@ -64,7 +64,7 @@ func (d *decoder) docker(n *yaml.Node, path string, ls []LaneConfig) *DockerConf
 			}
 		}
 		if v := f["resync"]; v != nil {
-			if v.Kind == yaml.ScalarNode && (v.Value == "0" || v.Value == "0s") {
+			if z, err := time.ParseDuration(v.Value); v.Kind == yaml.ScalarNode && (v.Value == "0" || err == nil && z == 0) {
 				c.Resync = 0
 			} else if r, ok := d.duration(v, path+".resync"); ok {
 				if r < minDockerResync {

@@ -39,7 +39,7 @@ docker:
 	for _, tc := range []struct {
 		v    string
 		want time.Duration
-	}{{"0", 0}, {"0s", 0}, {"30s", 30 * time.Second}, {"1s", time.Second}} {
+	}{{"0", 0}, {"0s", 0}, {"0m", 0}, {"30s", 30 * time.Second}, {"1s", time.Second}} {
 		cfg, err := ParseConfig("agent.yaml", []byte("lanes:\n  - netns: /proc/self/ns/net\n    workloads: true\ndocker:\n  resync: "+tc.v+"\n"))
 		if err != nil || cfg.Docker.Resync != tc.want {
 			t.Fatalf("resync %s: %+v, %v; want %v", tc.v, cfg.Docker, err, tc.want)
