@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -164,7 +166,7 @@ func routing(fam int, dst netip.Addr, outIndex int, out string) string {
 		return fmt.Sprintf("policy routing rules: cannot read: %v", err)
 	}
 	for _, r := range rules {
-		def := r.Src == nil && r.Dst == nil && r.Mark == 0 && r.IifName == "" && r.OifName == "" && r.Invert == false &&
+		def := r.Src == nil && r.Dst == nil && r.Mark == 0 && r.IifName == "" && r.OifName == "" && !r.Invert &&
 			(r.Priority == 0 && r.Table == unix.RT_TABLE_LOCAL || r.Priority == 32766 && r.Table == unix.RT_TABLE_MAIN || r.Priority == 32767 && r.Table == unix.RT_TABLE_DEFAULT)
 		if !def {
 			return fmt.Sprintf("policy routing rule %d (table %d) may route packets to %s elsewhere", r.Priority, r.Table, dst)
@@ -187,14 +189,88 @@ func routing(fam int, dst netip.Addr, outIndex int, out string) string {
 // The tools run as children of the calling thread, in its namespace.
 func readRulesets(fam int) ([]*Ruleset, string) {
 	var sets []*Ruleset
-	var why []string
+	set, why := readNftCached(fam)
+	if set != nil {
+		sets = append(sets, set)
+	}
+	prefix := map[int]string{4: "ip", 6: "ip6"}[fam]
+	names := map[int]string{4: "ip_tables_names", 6: "ip6_tables_names"}[fam]
+	if b, err := os.ReadFile("/proc/thread-self/net/" + names); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		rs, err := saveRules(prefix, "legacy")
+		if err != nil {
+			why = append(why, err.Error())
+		} else {
+			sets = append(sets, rs)
+		}
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		why = append(why, fmt.Sprintf("legacy %stables: cannot list tables: %v", prefix, err))
+	}
+	return sets, strings.Join(why, "; ")
+}
+
+// nftCache keeps the last nf_tables read per namespace and family: a
+// node with many rules (kube-proxy's, Calico's) would otherwise run
+// iptables-nft-save at every sync of its lane. An entry is keyed by the
+// namespace's cookie (never reused, unlike its inode) and holds while
+// nf_tables' generation, which every ruleset commit bumps, is unchanged.
+var nftCache = struct {
+	sync.Mutex
+	m map[nftKey]nftRead
+}{m: map[nftKey]nftRead{}}
+
+type nftKey struct {
+	cookie uint64
+	fam    int
+}
+
+type nftRead struct {
+	gen uint32
+	set *Ruleset
+	why []string
+}
+
+// maxNftCache bounds the cache (entries of deleted namespaces are never
+// looked up again).
+const maxNftCache = 256
+
+func readNftCached(fam int) (*Ruleset, []string) {
+	cookie, cerr := netnsCookie()
+	gen, gerr := nftGen()
+	if cerr != nil || gerr != nil {
+		return readNft(fam)
+	}
+	k := nftKey{cookie, fam}
+	nftCache.Lock()
+	r, ok := nftCache.m[k]
+	nftCache.Unlock()
+	if ok && r.gen == gen {
+		return r.set, slices.Clone(r.why)
+	}
+	set, why := readNft(fam)
+	// Kept only if nothing was committed while it was read.
+	if after, err := nftGen(); err == nil && after == gen {
+		nftCache.Lock()
+		if len(nftCache.m) >= maxNftCache {
+			clear(nftCache.m)
+		}
+		nftCache.m[k] = nftRead{gen: gen, set: set, why: slices.Clone(why)}
+		nftCache.Unlock()
+	}
+	return set, why
+}
+
+// readNft reads nf_tables' side of family fam: iptables-nft's tables
+// (with iptables-nft-save) when they hook the forward path, and why not
+// proven for native tables that do.
+func readNft(fam int) (*Ruleset, []string) {
 	chains, err := nftBaseChains()
 	if errors.Is(err, unix.EPROTONOSUPPORT) {
 		chains, err = nil, nil // no nfnetlink: no nf_tables
 	}
 	if err != nil {
-		return nil, fmt.Sprintf("nftables: cannot list chains: %v", err)
+		return nil, []string{fmt.Sprintf("nftables: cannot list chains: %v", err)}
 	}
+	var why []string
 	xtFamily := map[int]uint8{4: unix.NFPROTO_IPV4, 6: unix.NFPROTO_IPV6}[fam]
 	iptNft := false
 	for _, c := range chains {
@@ -208,27 +284,66 @@ func readRulesets(fam int) ([]*Ruleset, string) {
 			why = append(why, fmt.Sprintf("nftables table %s %s hooks %s (chain %s): not read", familyName(c.Family), c.Table, c.hookName(), c.Name))
 		}
 	}
-	prefix := map[int]string{4: "ip", 6: "ip6"}[fam]
-	if iptNft {
-		rs, err := saveRules(prefix, "nf_tables")
+	if !iptNft {
+		return nil, why
+	}
+	rs, err := saveRules(map[int]string{4: "ip", 6: "ip6"}[fam], "nf_tables")
+	if err != nil {
+		return nil, append(why, err.Error())
+	}
+	return rs, why
+}
+
+// soNetnsCookie is SO_NETNS_COOKIE (Linux 5.14; asm-generic's number,
+// which x86 and arm64 use).
+const soNetnsCookie = 71
+
+// netnsCookie is the calling thread's namespace's cookie.
+func netnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 8)
+	n := uint32(8)
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, soNetnsCookie, uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	if n != 8 {
+		return 0, fmt.Errorf("netns cookie: %d bytes", n)
+	}
+	return binary.NativeEndian.Uint64(b), nil
+}
+
+// nftGen is nf_tables' ruleset generation in the calling thread's
+// namespace.
+func nftGen() (uint32, error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN, 0)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: unix.NFNETLINK_V0})
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range msgs {
+		if len(m) < nl.SizeofNfgenmsg {
+			continue
+		}
+		attrs, err := nl.ParseRouteAttr(m[nl.SizeofNfgenmsg:])
 		if err != nil {
-			why = append(why, err.Error())
-		} else {
-			sets = append(sets, rs)
+			return 0, err
+		}
+		for _, a := range attrs {
+			if a.Attr.Type&nlaTypeMask == unix.NFTA_GEN_ID && len(a.Value) == 4 {
+				return binary.BigEndian.Uint32(a.Value), nil
+			}
 		}
 	}
-	names := map[int]string{4: "ip_tables_names", 6: "ip6_tables_names"}[fam]
-	if b, err := os.ReadFile("/proc/thread-self/net/" + names); err == nil && len(bytes.TrimSpace(b)) > 0 {
-		rs, err := saveRules(prefix, "legacy")
-		if err != nil {
-			why = append(why, err.Error())
-		} else {
-			sets = append(sets, rs)
-		}
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		why = append(why, fmt.Sprintf("legacy %stables: cannot list tables: %v", prefix, err))
-	}
-	return sets, strings.Join(why, "; ")
+	return 0, errors.New("nftables: no generation in the reply")
 }
 
 // iptablesTables are the tables iptables-nft makes (in family ip or ip6)
@@ -356,6 +471,9 @@ func nftBaseChains() ([]nftChain, error) {
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETCHAIN, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: unix.NFNETLINK_V0})
 	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	for try := 0; errors.Is(err, nl.ErrDumpInterrupted) && try < 3; try++ {
+		msgs, err = req.Execute(unix.NETLINK_NETFILTER, 0) // a ruleset commit raced the dump
+	}
 	if err != nil {
 		return nil, err
 	}

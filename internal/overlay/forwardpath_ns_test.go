@@ -247,3 +247,59 @@ func nftTable(msg int, withChain bool) error {
 	}
 	return nil
 }
+
+// TestNftCache: nf_tables' side of the proof is read once per ruleset
+// generation and namespace: a second read with nothing committed is the
+// cached dump; a commit (a rule added) makes the next read a new one
+// with the rule; another namespace, with its own cookie, has its own.
+func TestNftCache(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	if _, err := exec.LookPath("iptables-nft"); err != nil {
+		t.Skip("skipping: iptables-nft not installed (Debian package iptables)")
+	}
+	a, b := newNamedNS(t), newNamedNS(t)
+	add := func(ns, dst string) {
+		t.Helper()
+		if err := netns.Do(ns, false, func() error {
+			out, err := exec.Command("iptables-nft", "-A", "FORWARD", "-d", dst, "-j", "DROP").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("iptables-nft: %v: %s", err, out)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(ns string) (rs *Ruleset, cookie uint64) {
+		t.Helper()
+		if err := netns.Do(ns, false, func() (err error) {
+			var why []string
+			rs, why = readNftCached(4)
+			if len(why) > 0 || rs == nil {
+				return fmt.Errorf("read: %v %v", rs, why)
+			}
+			cookie, err = netnsCookie()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return rs, cookie
+	}
+	rules := func(rs *Ruleset) int { return len(rs.Tables["filter"].Chains["FORWARD"].Rules) }
+	add(a, "192.0.2.1")
+	add(b, "192.0.2.1")
+	a1, ca := read(a)
+	a2, _ := read(a)
+	if a1 != a2 {
+		t.Fatal("a second read with nothing committed ran the save tool again")
+	}
+	b1, cb := read(b)
+	if ca == cb || b1 == a1 {
+		t.Fatalf("two namespaces share a cookie (%d, %d) or a cached dump", ca, cb)
+	}
+	add(a, "192.0.2.2")
+	a3, _ := read(a)
+	if a3 == a1 || rules(a3) != 2 || rules(a1) != 1 {
+		t.Fatalf("after a commit: rules %d (cached %v), want a new dump with 2", rules(a3), a3 == a1)
+	}
+}
