@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/realnode"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 	"github.com/rxlane/rxlane/internal/workload"
@@ -103,6 +106,9 @@ func swarmPod(s *realnode.Swarm, c realnode.Container) nodes.Pod {
 // pod the flannel CNI plugin plugged is proven, so a lane that takes
 // workloads (never skipping netfilter) serves the annotated pod: every
 // high-priority datagram the pod receives is counted by the lane's rule.
+// A drop rule appended to FORWARD, after flanneld's jump to FLANNEL-FWD
+// (which accepts the pod network first), changes nothing; inserted
+// before it, the pod is unserved with the rule named.
 func TestAgentWorkloadOnRealFlannel(t *testing.T) {
 	testbedtest.RequireRoot(t)
 	f, err := realnode.UpFlannel(realnode.FlannelOptions{Prefix: "rxawf"})
@@ -150,4 +156,52 @@ lanes:
 	if c, _ := rulePackets(t, store, 7000); c-base != k {
 		t.Fatalf("the lane's rule counted %d of the %d datagrams the pod received", c-base, k)
 	}
+
+	if _, err := exec.LookPath("iptables-nft"); err != nil {
+		t.Skip("skipping the rest: iptables-nft not installed (Debian package iptables)")
+	}
+	iptables := func(args ...string) {
+		t.Helper()
+		if err := netns.Do(f.Netns, false, func() error {
+			out, err := exec.Command("iptables-nft", args...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("iptables-nft %s: %v: %s", strings.Join(args, " "), err, out)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drop := []string{"FORWARD", "-d", pod.Addrs[0].String(), "-j", "DROP"}
+	unserved := func() string {
+		ws := a.Status().Workloads
+		if len(ws) != 1 {
+			return fmt.Sprintf("%d workloads", len(ws))
+		}
+		if ws[0].Served {
+			return ""
+		}
+		return "unserved: " + ws[0].Unserved
+	}
+	iptables(append([]string{"-A"}, drop...)...)
+	t.Cleanup(func() { netns.Do(f.Netns, false, func() error { return exec.Command("iptables-nft", append([]string{"-D"}, drop...)...).Run() }) })
+	// Discovery itself, at once: still proven.
+	topo, err := overlay.DiscoverIn(f.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range topo.Endpoints {
+		if e.IP == pod.Addrs[0] && e.Skip != "" {
+			t.Fatalf("a drop after flanneld's accept: endpoint skipped: %s", e.Skip)
+		}
+	}
+	base, _ = rulePackets(t, store, 7000)
+	roundTrip(t, tx, hi, dst, k)
+	if c, _ := rulePackets(t, store, 7000); c-base != k || unserved() != "" {
+		t.Fatalf("a drop after flanneld's accept: the lane counted %d of %d, %s", c-base, k, unserved())
+	}
+	iptables(append([]string{"-I", "FORWARD", "1"}, drop[1:]...)...)
+	reason := fmt.Sprintf("filter FORWARD rule 1 (-d %s/32 -j DROP) may drop packets to %s", pod.Addrs[0], pod.Addrs[0])
+	waitFor(t, "the workload unserved by a drop before flanneld's accept", func() bool { return strings.Contains(unserved(), reason) })
+	t.Logf("%s", unserved())
 }
