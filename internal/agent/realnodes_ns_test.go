@@ -184,7 +184,9 @@ lanes:
 		return "unserved: " + ws[0].Unserved
 	}
 	iptables(append([]string{"-A"}, drop...)...)
-	t.Cleanup(func() { netns.Do(f.Netns, false, func() error { return exec.Command("iptables-nft", append([]string{"-D"}, drop...)...).Run() }) })
+	t.Cleanup(func() {
+		netns.Do(f.Netns, false, func() error { return exec.Command("iptables-nft", append([]string{"-D"}, drop...)...).Run() })
+	})
 	// Discovery itself, at once: still proven.
 	topo, err := overlay.DiscoverIn(f.Netns)
 	if err != nil {

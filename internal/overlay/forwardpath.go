@@ -29,8 +29,9 @@ import (
 // in the node's namespace, that the normal path would neither drop nor
 // change any packet the lane may deliver to it: a packet arriving on the
 // tunnel device, from any source, any protocol, to the pod's address,
-// routed out of the pod's device. Otherwise the endpoint's Skip names the
-// first reason found. The proof is conservative: a rule it does not
+// routed out of the pod's device. Otherwise the endpoint's Skip names
+// each check that fails (for a ruleset, the first rule or policy that
+// may drop or change such a packet). The proof is conservative: a rule it does not
 // understand may match; a target it does not know may drop.
 
 // forwardPath is what one discovery read of the node's forward path:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,6 +49,23 @@ func TestDiscoverForwardPath(t *testing.T) {
 	}
 	if s := skip(); s != "" {
 		t.Fatalf("a Flannel-shaped node without rules: Skip %q, want the forward path proven", s)
+	}
+	// Its IPv6 address too (flannel-v6.1 and flannel.1 both lead to it).
+	topo, err := DiscoverIn(n.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6 := 0
+	for _, e := range topo.Endpoints {
+		if e.IP.Is6() && slices.Contains(n.Pods[0].Addrs, e.IP) {
+			v6++
+			if e.Skip != "" {
+				t.Fatalf("the pod's IPv6 endpoint (VNI %d): Skip %q, want the forward path proven", e.VNI, e.Skip)
+			}
+		}
+	}
+	if v6 == 0 {
+		t.Fatalf("no IPv6 endpoint for the pod: %+v", topo.Endpoints)
 	}
 	in := func(fn func() error) {
 		t.Helper()
