@@ -203,6 +203,9 @@ lanes:
 		t.Fatalf("a drop after flanneld's accept: the lane counted %d of %d, %s", c-base, k, unserved())
 	}
 	iptables(append([]string{"-I", "FORWARD", "1"}, drop[1:]...)...)
+	t.Cleanup(func() {
+		netns.Do(f.Netns, false, func() error { return exec.Command("iptables-nft", append([]string{"-D"}, drop...)...).Run() })
+	})
 	reason := fmt.Sprintf("filter FORWARD rule 1 (-d %s/32 -j DROP) may drop packets to %s", pod.Addrs[0], pod.Addrs[0])
 	waitFor(t, "the workload unserved by a drop before flanneld's accept", func() bool { return strings.Contains(unserved(), reason) })
 	t.Logf("%s", unserved())
