@@ -73,8 +73,11 @@ anyway, skipping iptables on bridged traffic). On a node whose underlay
 cannot verify the tunnel's outer UDP checksums (a veth whose other end
 offloads them), enable says so and --trust-outer-csum takes them
 unverified. On a Flannel or Calico node
-the pods are routed (--skip-netfilter: the lane skips netfilter FORWARD,
-where Calico enforces NetworkPolicy); on a
+the pods are routed: a pod is served when discovery proves that the node's
+forward path (iptables and nftables rules, rp_filter, forwarding, policy
+routing) would neither drop nor change what the lane delivers to it, else
+enable names the rule or setting and --skip-netfilter serves it anyway,
+skipping that (netfilter FORWARD, where Calico enforces NetworkPolicy); on a
 Docker overlay network give the network's sandbox namespace:
 --netns <exec-root>/netns/1-<id> (/var/run/docker/netns/1-<id> by default;
 a dockerd started with --exec-root DIR keeps it in DIR/netns). The

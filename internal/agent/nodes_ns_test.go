@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -276,11 +277,18 @@ lanes:
 	roundTrip(t, tx, hi, dst, 10) // the normal path still delivers
 }
 
-// TestAgentWorkloadRouted: on a Flannel-shaped node the pods are routed,
-// and a routed endpoint is served only by a lane that skips netfilter
-// (FORWARD, rp_filter), which a lane that takes workloads never does. The
-// agent takes the workload's rule but says, per workload, that the lane
-// leaves it to the normal path, and why.
+// TestAgentWorkloadRouted: on a Flannel-shaped node the pods are routed.
+// A lane that takes workloads never skips netfilter, so it serves a
+// routed pod only when discovery proved that the node's forward path
+// (netfilter, rp_filter, forwarding, policy routing) would neither drop
+// nor change what the lane delivers. With no rules it is proven: the
+// annotated pod is served, every high-priority datagram counted by the
+// lane's rule and received in the pod. A FORWARD rule that drops the
+// pod's packets, added after (an nftables event: the lane re-checks at
+// once), makes the workload unserved with that rule named; the lane no
+// longer delivers past the drop (the rule's counter stays, the pod
+// receives nothing, the node's rule counts the drops). Removed, the pod
+// is served again.
 func TestAgentWorkloadRouted(t *testing.T) {
 	testbedtest.RequireRoot(t)
 	n := testbedtest.Node(t, nodes.Options{Kind: nodes.Flannel, Prefix: "rxaw"})
@@ -293,7 +301,7 @@ lanes:
     trust_outer_csum: true
     workloads: true
 `, dir, dir, n.Netns))
-	loadWithCleanup(t, file)
+	cfg := loadWithCleanup(t, file)
 	a, _ := startAgent(t, Options{ConfigFile: file})
 	pod := n.Pods[0]
 	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
@@ -304,8 +312,84 @@ lanes:
 	if len(st.Lanes[0].Rules) != 1 || st.Lanes[0].Rules[0].Source != "workload" {
 		t.Fatalf("lane: %+v", st.Lanes[0])
 	}
-	if len(st.Workloads) != 1 || st.Workloads[0].Served || !strings.Contains(st.Workloads[0].Unserved, pod.Addrs[0].String()) || !strings.Contains(st.Workloads[0].Unserved, "never skips") {
-		t.Fatalf("a routed pod's workload: %+v, want it reported unserved with the reason", st.Workloads)
+	if len(st.Workloads) != 1 || !st.Workloads[0].Served {
+		t.Fatalf("a routed pod on a node whose forward path has no rules: %+v, want it served", st.Workloads)
 	}
-	t.Logf("unserved: %s", st.Workloads[0].Unserved)
+	store, err := lanes.OpenStore(cfg.LanesDir(), n.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := netip.AddrPortFrom(pod.Addrs[0], 7000)
+	hi, tx := podUDP(t, pod, 7000), remoteUDP(t, n)
+	const k = 50
+	base, _ := rulePackets(t, store, 7000)
+	roundTrip(t, tx, hi, dst, k)
+	if c, _ := rulePackets(t, store, 7000); c-base != k {
+		t.Fatalf("the lane's rule counted %d of the %d datagrams the pod received", c-base, k)
+	}
+
+	if _, err := exec.LookPath("iptables-nft"); err != nil {
+		t.Skipf("skipping the rest: iptables-nft not installed (Debian package iptables)")
+	}
+	iptables := func(args ...string) string {
+		t.Helper()
+		var out []byte
+		if err := netns.Do(n.Netns, false, func() (err error) {
+			out, err = exec.Command("iptables-nft", args...).CombinedOutput()
+			return err
+		}); err != nil {
+			t.Fatalf("iptables-nft %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	drop := []string{"FORWARD", "-d", pod.Addrs[0].String(), "-j", "DROP"}
+	iptables(append([]string{"-A"}, drop...)...)
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			iptables(append([]string{"-D"}, drop...)...)
+		}
+	})
+	reason := fmt.Sprintf("iptables-nft filter FORWARD rule 1 (-d %s/32 -j DROP) may drop packets to %s", pod.Addrs[0], pod.Addrs[0])
+	waitFor(t, "the workload unserved by the FORWARD drop", func() bool {
+		ws := a.Status().Workloads
+		return len(ws) == 1 && !ws[0].Served && strings.Contains(ws[0].Unserved, reason) && strings.Contains(ws[0].Unserved, "never skips")
+	})
+	t.Logf("unserved: %s", a.Status().Workloads[0].Unserved)
+	// The lane leaves the pod's packets to the normal path, which drops
+	// them: poll the node's rule until it has counted them all.
+	base, _ = rulePackets(t, store, 7000)
+	for i := range k {
+		if _, err := tx.WriteToUDPAddrPort([]byte(fmt.Sprint(i)), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the node's FORWARD rule to drop the datagrams", func() bool {
+		var pkts uint64
+		for _, l := range strings.Split(iptables("-L", "FORWARD", "-v", "-x", "-n"), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[2] == "DROP" {
+				fmt.Sscan(f[0], &pkts)
+			}
+		}
+		return pkts >= k
+	})
+	if c, _ := rulePackets(t, store, 7000); c != base {
+		t.Fatalf("the lane's rule counted %d datagrams the node's forward path drops", c-base)
+	}
+	hi.SetReadDeadline(time.Now())
+	if _, _, err := hi.ReadFromUDP(make([]byte, 64)); err == nil {
+		t.Fatal("the pod received a datagram the node's forward path drops")
+	}
+
+	iptables(append([]string{"-D"}, drop...)...)
+	removed = true
+	waitFor(t, "the workload served again", func() bool {
+		ws := a.Status().Workloads
+		return len(ws) == 1 && ws[0].Served
+	})
+	base, _ = rulePackets(t, store, 7000)
+	roundTrip(t, tx, hi, dst, k)
+	if c, _ := rulePackets(t, store, 7000); c-base != k {
+		t.Fatalf("served again: the lane's rule counted %d of the %d datagrams the pod received", c-base, k)
+	}
 }

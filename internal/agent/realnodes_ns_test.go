@@ -3,15 +3,22 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/realnode"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
+	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // TestAgentOnRealNodes is TestAgentOnNodes on the nodes the real daemons
@@ -91,4 +98,115 @@ func swarmNode(s *realnode.Swarm) *nodes.Node {
 
 func swarmPod(s *realnode.Swarm, c realnode.Container) nodes.Pod {
 	return nodes.Pod{Name: c.Name, Netns: c.Netns, Dev: c.Dev, MAC: c.MAC, Addrs: []netip.Addr{c.Addr}, HostDev: c.HostDev, HostNetns: s.Sandbox}
+}
+
+// TestAgentWorkloadOnRealFlannel: on a node flanneld built (its
+// FLANNEL-FWD accepts and FLANNEL-POSTRTG masquerade rules in the
+// node's iptables-nft, read by iptables-nft-save), the forward path to a
+// pod the flannel CNI plugin plugged is proven, so a lane that takes
+// workloads (never skipping netfilter) serves the annotated pod: every
+// high-priority datagram the pod receives is counted by the lane's rule.
+// A drop rule appended to FORWARD, after flanneld's jump to FLANNEL-FWD
+// (which accepts the pod network first), changes nothing; inserted
+// before it, the pod is unserved with the rule named.
+func TestAgentWorkloadOnRealFlannel(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	f, err := realnode.UpFlannel(realnode.FlannelOptions{Prefix: "rxawf"})
+	var miss *realnode.MissingError
+	if errors.As(err, &miss) {
+		t.Skipf("skipping: %v (scripts/setup-flannel builds them)", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	n := f.Node()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
+socket: %s/sock/agent.sock
+lanes:
+  - netns: %s
+    trust_outer_csum: true
+    workloads: true
+`, dir, dir, f.Netns))
+	cfg := loadWithCleanup(t, file)
+	a, _ := startAgent(t, Options{ConfigFile: file})
+	pod := n.Pods[0]
+	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
+	if err := a.SetWorkload(w); err != nil {
+		t.Fatal(err)
+	}
+	if ws := a.Status().Workloads; len(ws) != 1 || !ws[0].Served {
+		t.Fatalf("a pod on flanneld's node: %+v, want it served (its forward path proven)", ws)
+	}
+	store, err := lanes.OpenStore(cfg.LanesDir(), f.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := netip.AddrPortFrom(pod.Addrs[0], 7000)
+	hi, tx := podUDP(t, pod, 7000), remoteUDP(t, n)
+	const k = 50
+	base, _ := rulePackets(t, store, 7000)
+	roundTrip(t, tx, hi, dst, k)
+	if c, _ := rulePackets(t, store, 7000); c-base != k {
+		t.Fatalf("the lane's rule counted %d of the %d datagrams the pod received", c-base, k)
+	}
+
+	if _, err := exec.LookPath("iptables-nft"); err != nil {
+		t.Skip("skipping the rest: iptables-nft not installed (Debian package iptables)")
+	}
+	iptables := func(args ...string) {
+		t.Helper()
+		if err := netns.Do(f.Netns, false, func() error {
+			out, err := exec.Command("iptables-nft", args...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("iptables-nft %s: %v: %s", strings.Join(args, " "), err, out)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drop := []string{"FORWARD", "-d", pod.Addrs[0].String(), "-j", "DROP"}
+	unserved := func() string {
+		ws := a.Status().Workloads
+		if len(ws) != 1 {
+			return fmt.Sprintf("%d workloads", len(ws))
+		}
+		if ws[0].Served {
+			return ""
+		}
+		return "unserved: " + ws[0].Unserved
+	}
+	iptables(append([]string{"-A"}, drop...)...)
+	t.Cleanup(func() {
+		netns.Do(f.Netns, false, func() error { return exec.Command("iptables-nft", append([]string{"-D"}, drop...)...).Run() })
+	})
+	// Discovery itself, at once: still proven.
+	topo, err := overlay.DiscoverIn(f.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range topo.Endpoints {
+		if e.IP == pod.Addrs[0] && e.Skip != "" {
+			t.Fatalf("a drop after flanneld's accept: endpoint skipped: %s", e.Skip)
+		}
+	}
+	base, _ = rulePackets(t, store, 7000)
+	roundTrip(t, tx, hi, dst, k)
+	if c, _ := rulePackets(t, store, 7000); c-base != k || unserved() != "" {
+		t.Fatalf("a drop after flanneld's accept: the lane counted %d of %d, %s", c-base, k, unserved())
+	}
+	iptables(append([]string{"-I", "FORWARD", "1"}, drop[1:]...)...)
+	t.Cleanup(func() {
+		netns.Do(f.Netns, false, func() error { return exec.Command("iptables-nft", append([]string{"-D"}, drop...)...).Run() })
+	})
+	reason := fmt.Sprintf("filter FORWARD rule 1 (-d %s/32 -j DROP) may drop packets to %s", pod.Addrs[0], pod.Addrs[0])
+	waitFor(t, "the workload unserved by a drop before flanneld's accept", func() bool { return strings.Contains(unserved(), reason) })
+	t.Logf("%s", unserved())
 }

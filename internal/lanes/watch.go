@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 )
 
@@ -66,8 +67,9 @@ const burstLead = 2 * time.Millisecond
 var DefaultFollowUps = []time.Duration{500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
 
 // Watch keeps an enabled lane's endpoints, peers and tunnels current: it
-// listens to link, route (a routed pod's /32) and neighbour (bridge FDB)
-// events of the lane's namespace and re-syncs at the first event, at
+// listens to link, route (a routed pod's /32), neighbour (bridge FDB)
+// and nftables ruleset (a routed pod's forward path proof) events of the
+// lane's namespace and re-syncs at the first event, at
 // most every WatchOptions.Quick while they continue, once more when they
 // settle, and at the follow-up delays after that, with the rules loadRules
 // returns at that moment. report is called after every sync. Watch
@@ -197,7 +199,8 @@ func watchNetns(ctx context.Context, o Options, wo WatchOptions, st *State, load
 	links := make(chan netlink.LinkUpdate, 64)
 	neighs := make(chan netlink.NeighUpdate, 256)
 	routes := make(chan netlink.RouteUpdate, 256)
-	subErr := make(chan error, 3)
+	rulesets := make(chan struct{}, 1)
+	subErr := make(chan error, 4)
 	onErr := func(err error) {
 		select {
 		case subErr <- err:
@@ -212,6 +215,11 @@ func watchNetns(ctx context.Context, o Options, wo WatchOptions, st *State, load
 	}
 	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
 		return fmt.Errorf("listen to route events: %w", err)
+	}
+	// A ruleset change may prove or disprove a routed endpoint's
+	// forward path (overlay.WatchRuleset).
+	if err := overlay.WatchRuleset(ns, rulesets, done, onErr); err != nil {
+		return err
 	}
 	var check <-chan time.Time
 	if nsPath != "" {
@@ -314,6 +322,8 @@ func watchNetns(ctx context.Context, o Options, wo WatchOptions, st *State, load
 			if !ok {
 				return errors.New("route event stream closed")
 			}
+			onEvent()
+		case <-rulesets:
 			onEvent()
 		case <-quick.C:
 			quickArmed, lastQuick = false, time.Now()

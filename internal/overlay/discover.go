@@ -101,9 +101,10 @@ func Discover() (Topology, error) {
 	}
 	brSkip := bridgeNetfilter()
 	ps := newPods()
+	fp := newForwardPath(t.LocalAddrs)
 	for _, tn := range t.Tunnels {
 		if tn.Routed {
-			eps, err := routedEndpoints(tn, byIndex, fdb, ps)
+			eps, err := routedEndpoints(tn, byIndex, fdb, ps, fp)
 			if err != nil {
 				return t, err
 			}
@@ -195,10 +196,12 @@ func egressFilter(l netlink.Link) string {
 	return ""
 }
 
-// RoutedSkip is why routed endpoints need --skip-netfilter: the normal path routes
-// them, through netfilter FORWARD (Calico's and Flannel's policy) and
-// reverse-path filtering, which the lane does not run.
-const RoutedSkip = "routed endpoint: the normal path runs netfilter FORWARD and rp_filter, which the lane skips"
+// RoutedSkip starts the Skip of a routed endpoint whose forward path
+// discovery could not prove (forwardpath.go): the normal path forwards
+// it, through netfilter (Calico's and Flannel's policy, kube-proxy's),
+// reverse-path filtering and policy routing, which the lane does not
+// run. The reasons follow.
+const RoutedSkip = "routed endpoint"
 
 // RouteDevice is the device the calling thread's namespace routes a to:
 // for a VXLAN device without a fixed underlay, the device its peer's
@@ -225,7 +228,10 @@ func RouteDevice(a netip.Addr) (string, error) {
 // MAC, read in its namespace), so a pod the host has never forwarded to is
 // served at once; then from the neighbour table (a pod whose namespace has
 // no file where we look, resolved to its bridge port through the FDB).
-func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neigh, ps *pods) ([]Endpoint, error) {
+//
+// Each endpoint's Skip is empty only when the node's forward path to it
+// is proven not to filter or change what the lane delivers (fp).
+func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neigh, ps *pods, fp *forwardPath) ([]Endpoint, error) {
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("list routes: %w", err)
@@ -234,10 +240,14 @@ func routedEndpoints(tn Tunnel, byIndex map[int]netlink.Link, fdb []netlink.Neig
 	seen := map[netip.Addr]bool{}
 	add := func(dev, port netlink.Link, ip netip.Addr, mac net.HardwareAddr) {
 		seen[ip] = true
+		skip := fp.check(tn.Name, dev.Attrs().Name, dev.Attrs().Index, ip)
+		if skip != "" {
+			skip = RoutedSkip + ": " + skip
+		}
 		out = append(out, Endpoint{
 			VNI: tn.VNI, IP: ip, MAC: mac, SrcMAC: dev.Attrs().HardwareAddr,
 			Dev: port.Attrs().Name, Ifindex: port.Attrs().Index, MTU: port.Attrs().MTU,
-			Skip: join(RoutedSkip, egressFilter(port)),
+			Skip: join(skip, egressFilter(port)),
 		})
 	}
 	for _, r := range routes {

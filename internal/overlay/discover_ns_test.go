@@ -23,7 +23,8 @@ func newNamedNS(t *testing.T) string { return testbedtest.NewNamedNS(t, "rxlanes
 // without a master, a /32 route per pod on a cali* veth, the pod's MAC in
 // the neighbour table) and checks discovery finds tunnel, peer, underlay
 // and endpoint without knowing any names, and marks the endpoint as needing
-// --skip-netfilter.
+// --skip-netfilter: this namespace does not forward (a fresh namespace's
+// ip_forward is 0), so the lane would deliver what the normal path drops.
 func TestDiscoverCalicoLike(t *testing.T) {
 	testbedtest.RequireRoot(t)
 	host, pod := newNamedNS(t), newNamedNS(t)
@@ -82,7 +83,8 @@ func TestDiscoverCalicoLike(t *testing.T) {
 		t.Fatalf("endpoints: %+v", topo.Endpoints)
 	}
 	e := topo.Endpoints[0]
-	if e.Dev != "cali1234" || e.IP != netip.MustParseAddr("10.7.0.2") || !bytes.Equal(e.MAC, podMAC) || e.VNI != 4096 || e.Skip != RoutedSkip || e.MTU != 1450 {
+	if e.Dev != "cali1234" || e.IP != netip.MustParseAddr("10.7.0.2") || !bytes.Equal(e.MAC, podMAC) || e.VNI != 4096 || e.MTU != 1450 ||
+		e.Skip != RoutedSkip+": net.ipv4.conf.vxlan.calico.forwarding=0: the node does not forward (the lane would)" {
 		t.Fatalf("endpoint: %+v", e)
 	}
 }

@@ -1,8 +1,9 @@
 // Package overlay discovers a node's overlay from the kernel: VXLAN
 // tunnels, their underlays and peers, the local container endpoints
 // behind them (bridged or routed, read from the pod's own side of the
-// veth), the namespaces those live in, and the veth settings a lane
-// toggles. It is what the lanes and steering build on; it changes
+// veth), the namespaces those live in, whether the node's forward path
+// to a routed endpoint is proven to leave the lane's packets alone, and
+// the veth settings a lane toggles. It is what the lanes and steering build on; it changes
 // nothing except through the veth toggles it names.
 package overlay
 
@@ -59,7 +60,9 @@ type Endpoint struct {
 	// device the normal path routes out of).
 	SrcMAC net.HardwareAddr `json:"src_mac,omitempty"`
 	// Skip, when set, says why the lane must not serve this endpoint
-	// (filtering the lane would bypass); --skip-netfilter overrides.
+	// (filtering the lane would bypass); --skip-netfilter overrides. A
+	// routed endpoint's is empty only when its forward path is proven
+	// (forwardpath.go), else it names why not.
 	Skip string `json:"skip,omitempty"`
 }
 
