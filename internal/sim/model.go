@@ -222,6 +222,22 @@ type flow struct {
 	sent  int
 	on    bool
 	next  func()
+	// offMu, offSigma: the lognormal of FlowSpec.Offpath in ns (offOn:
+	// set; the RNG is drawn only then, so flows without it replay as
+	// before)
+	offOn           bool
+	offMu, offSigma float64
+}
+
+// z99 is the standard normal's 99th percentile.
+const z99 = 2.3263478740408408
+
+// offpath draws the flow's latency outside the model (ns).
+func (m *Model) offpath(f *flow) int64 {
+	if !f.offOn {
+		return 0
+	}
+	return int64(math.Round(math.Exp(f.offMu + f.offSigma*m.rng.NormFloat64())))
 }
 
 // Model is one instantiated scenario.
@@ -513,6 +529,9 @@ func (m *Model) buildFlows(nRSS int) {
 		}
 		for cp := 0; cp < sp.Copies; cp++ {
 			f := &flow{spec: sp, st: fs, path: path}
+			if o := sp.Offpath; o != nil {
+				f.offOn, f.offMu, f.offSigma = true, math.Log(o.P50Us*1000), math.Log(o.P99Us/o.P50Us)/z99
+			}
 			if sp.Lane == "high" {
 				f.lane = laneHigh
 			}
@@ -629,11 +648,12 @@ func (m *Model) complete(p *packet) {
 	f := p.flow
 	st := f.st
 	m.completed++
+	off := m.offpath(f)
 	if p.born >= m.warm {
 		st.delivered++
-		lat := now - p.born
+		lat := now - p.born + off
 		st.latSum += float64(lat)
-		st.waitSum += float64(lat - p.svc)
+		st.waitSum += float64(now - p.born - p.svc) // the model's own wait
 		st.latN++
 		st.hist.record(lat)
 	}
@@ -643,7 +663,7 @@ func (m *Model) complete(p *packet) {
 	}
 	m.release(p)
 	if f.spec.Arrival.Type == "closed" {
-		m.sim.Schedule(ns(f.spec.Arrival.RTTUs*1000), f.next)
+		m.sim.Schedule(ns(f.spec.Arrival.RTTUs*1000)+off, f.next)
 	}
 }
 

@@ -232,6 +232,21 @@ type FlowSpec struct {
 	// stock kernel: tc at the wire hands the packet to the socket in the
 	// same call; the poll order is the vanilla kernel's).
 	Inline bool `yaml:"inline" json:"inline,omitempty"`
+	// Offpath is the part of each packet's latency outside the modelled
+	// path: for a request/response flow, the request's send path, the
+	// reply's way back and the client's and server's wake-ups. nil: none.
+	Offpath *Offpath `yaml:"offpath" json:"offpath,omitempty"`
+}
+
+// Offpath is a lognormal latency given by its median and 99th
+// percentile (sigma = ln(p99/p50) / z_0.99; p99 = p50: a constant). It is
+// drawn once per delivered packet and added to its recorded latency; it
+// is not time in the system (the packet has left the model), so Little's
+// law and stage delays do not see it. A closed flow's next request also
+// waits for it (the reply is on its way back).
+type Offpath struct {
+	P50Us float64 `yaml:"p50_us" json:"p50_us"`
+	P99Us float64 `yaml:"p99_us" json:"p99_us"`
 }
 
 // TraceSpec turns on the poll-order trace.
@@ -778,6 +793,9 @@ func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 		}
 		if err := checkArrival(f, x); err != nil {
 			return err
+		}
+		if o := x.Offpath; o != nil && (!(o.P50Us > 0) || !(o.P99Us >= o.P50Us) || math.IsInf(o.P99Us, 0)) {
+			return fmt.Errorf("%s.offpath: want 0 < p50_us <= p99_us (got %g, %g)", f, o.P50Us, o.P99Us)
 		}
 	}
 	return nil

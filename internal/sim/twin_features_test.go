@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +80,46 @@ func TestLoadAppAndWake(t *testing.T) {
 	}
 	if lat := r.Flows[0].Latency.P50; math.Abs(lat-6) > 0.1 {
 		t.Errorf("wake: latency %.2f us, want 6 (wake, then the stage)", lat)
+	}
+}
+
+// TestOffpathLatency: a flow's offpath adds a lognormal with the given
+// median and p99 to each packet's latency (here on top of a constant 1 us
+// path), is not counted as wait in the model, and delays a closed flow's
+// next request; without it the flow's latency is the path alone.
+func TestOffpathLatency(t *testing.T) {
+	sc := twinBase()
+	sc.DurationMs = 2000
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Offpath: &Offpath{P50Us: 40, P99Us: 80},
+		Arrival: Arrival{Type: "const", RatePps: 20000}}}
+	r := mustRun(t, sc)
+	f := r.Flows[0]
+	// 40 000 samples: the p50 and p99 of 1 + lognormal(40, 80), within the
+	// histogram's resolution and the sample's noise (a few %)
+	if math.Abs(f.Latency.P50-41)/41 > 0.03 || math.Abs(f.Latency.P99-81)/81 > 0.05 {
+		t.Errorf("latency p50 %.2f p99 %.2f us, want ~41 and ~81", f.Latency.P50, f.Latency.P99)
+	}
+	if f.MeanWaitUs > 0.01 {
+		t.Errorf("mean wait %.3f us: the offpath is not the model's wait", f.MeanWaitUs)
+	}
+	if r.Little.RelErr > 0.01 {
+		t.Errorf("Little's law off by %.3f: the offpath must not count as time in the system", r.Little.RelErr)
+	}
+	// a closed flow (window 1, rtt 0) with a constant offpath of 99 us
+	// sends one request per 1 + 99 us
+	sc = twinBase()
+	sc.Apps = []AppSpec{{Name: "echo", Cost: Cost{Ns: 0}}}
+	sc.Flows = []FlowSpec{{Name: "c", Path: []string{"wire"}, App: "echo", Offpath: &Offpath{P50Us: 99, P99Us: 99},
+		Arrival: Arrival{Type: "closed"}}}
+	r = mustRun(t, sc)
+	if s := r.Flows[0].Sent; s < 990 || s > 1001 {
+		t.Errorf("closed flow sent %d in 100 ms, want ~1000 (one per 100 us)", s)
+	}
+	for _, bad := range []Offpath{{P50Us: 0, P99Us: 1}, {P50Us: 50, P99Us: 40}, {P50Us: math.NaN(), P99Us: 1}} {
+		sc = twinBase()
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Offpath: &bad, Arrival: Arrival{Type: "const", RatePps: 1000}}}
+		if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "flows[0].offpath") {
+			t.Errorf("offpath %+v: error %v, want one naming flows[0].offpath", bad, err)
+		}
 	}
 }

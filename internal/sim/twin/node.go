@@ -48,10 +48,16 @@ type Node struct {
 	// at the calibration load (generator + sink; prober and echo server
 	// included), charged to the sink in the model.
 	AppNsPerPkt float64 `json:"app_ns_per_pkt"`
-	// BaseRTTUs: the round trip outside the modelled receive path
-	// (sender, echo server, reply path), measured p50 minus the model's
-	// receive latency p50 at the calibration load.
-	BaseRTTUs float64 `json:"base_rtt_us"`
+	// BaseRTTUs, BaseRTTP99Us: the round trip outside the modelled
+	// receive path (the prober's send path, the echo server, the reply's
+	// way back, the wake-ups of both), a lognormal by its median and 99th
+	// percentile (sim's flow offpath): measured p50 and p99 of the idle
+	// vanilla case minus the model's receive latency p50 and p99 there
+	// (OffpathFromIdle). Without an idle case: the calibration case's p50
+	// minus the model's, a constant (BaseRTTP99Us = BaseRTTUs).
+	BaseRTTUs       float64 `json:"base_rtt_us"`
+	BaseRTTP99Us    float64 `json:"base_rtt_p99_us"`
+	OffpathFromIdle bool    `json:"offpath_from_idle,omitempty"`
 	// LaneSyncNs, LaneQueueNs: extra wire-stage time per packet with the
 	// sync lane's tc program or the queue lane's XDP program (the veth's
 	// skb-to-XDP copy) attached: the receive-CPU time per packet of that
@@ -223,10 +229,13 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	}
 	if c.Bench == BenchLatency {
 		echo := app
-		// the echo server's own cost is in BaseRTTUs; 1 ns keeps it a thread
+		// the echo server's own cost is in the offpath; 1 ns keeps it a thread
 		sc.Apps = append(sc.Apps, sim.AppSpec{Name: "echo", CPU: &echo, Cost: sim.Cost{Ns: 1}, SocketLimit: 1024})
 		hi := sim.FlowSpec{Name: "request", Lane: "high", Path: []string{"wire", "vxlan", "veth"}, App: "echo", Size: 64,
 			Arrival: sim.Arrival{Type: "poisson", RatePps: probeRate}}
+		if n.BaseRTTUs > 0 {
+			hi.Offpath = &sim.Offpath{P50Us: n.BaseRTTUs, P99Us: math.Max(n.BaseRTTUs, n.BaseRTTP99Us)}
+		}
 		switch c.Mode {
 		case ModeLanesSync:
 			// tc at the wire decapsulates and hands the request to the
@@ -270,8 +279,9 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 	for _, f := range r.Flows {
 		switch f.Name {
 		case "request":
-			p.P50Us = f.Latency.P50 + n.BaseRTTUs
-			p.P99Us = f.Latency.P99 + n.BaseRTTUs
+			// the offpath (base round trip) is in the flow's latency
+			p.P50Us = f.Latency.P50
+			p.P99Us = f.Latency.P99
 			p.HighLost = f.Dropped
 		default:
 			// packets that reached the sink's socket (sent in the window
@@ -299,12 +309,13 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 	return p, nil
 }
 
-// rawLatencyP50 is the model's receive latency p50 of the request (no
-// base) at rate on node n with the given scale.
-func (n *Node) rawLatency(rate, scale float64) (p50 float64, rxUsPerPkt float64, err error) {
-	base := n.BaseRTTUs
-	n.BaseRTTUs = 0
-	defer func() { n.BaseRTTUs = base }()
+// rawLatency is the model's receive latency p50 and p99 of the request
+// (no offpath) and the receive-CPU time per background packet at rate on
+// node n with the given scale.
+func (n *Node) rawLatency(rate, scale float64) (p50, p99, rxUsPerPkt float64, err error) {
+	base, b99 := n.BaseRTTUs, n.BaseRTTP99Us
+	n.BaseRTTUs, n.BaseRTTP99Us = 0, 0
+	defer func() { n.BaseRTTUs, n.BaseRTTP99Us = base, b99 }()
 	p, err := n.predict(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: rate, Flows: 1}, scale)
-	return p.P50Us, p.RxUsPerPkt, err
+	return p.P50Us, p.P99Us, p.RxUsPerPkt, err
 }

@@ -56,13 +56,11 @@ func TestCalibrateTraceThreadedWire(t *testing.T) {
 }
 
 // knownMisses are the goals the model does not meet (docs/sim.md, "The
-// twin": the tail outside the receive path, and 300k, where the machine's
-// wire ring overflows under the generator's catch-up bursts and the
-// model's does not). A new miss fails the test; a fixed one is logged.
+// twin": the 150k tail, where the echo server and prober wait behind the
+// generator on the application CPU, and 300k, where the machine's wire
+// ring overflows under the generator's catch-up bursts). A new miss fails
+// the test; a fixed one is logged.
 var knownMisses = []string{
-	"latency vanilla idle p99_us",
-	"latency lanes-sync idle p99_us",
-	"latency lanes-queue idle p99_us",
 	"latency lanes-sync 150k p99_us",
 	"latency lanes-queue 150k p99_us",
 	"latency vanilla 300k p50_us",
@@ -72,7 +70,6 @@ var knownMisses = []string{
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
-	"rank latency 300k p50_us vanilla vs lanes-sync",
 }
 
 // TestOutOfSample calibrates once and predicts every other measured case
@@ -116,14 +113,18 @@ func TestOutOfSample(t *testing.T) {
 				t.Errorf("%s %s %.0f: delivered %.0f vs %.0f (%+.0f%%): every delivered rate must be within 15%%", r.Prediction.Bench, r.Prediction.Mode, r.Prediction.RatePPS, c.Pred, c.Median, 100*c.Err)
 			case c.Stat == "p50_us" && r.Prediction.RatePPS <= 150e3 && !c.Met:
 				t.Errorf("%s %.0f: p50 %.1f vs %.1f: p50 must hold up to 150k", r.Prediction.Mode, r.Prediction.RatePPS, c.Pred, c.Median)
+			case c.Stat == "p99_us" && r.Prediction.RatePPS == 0 && !c.Met:
+				// the offpath's spread, taken from vanilla idle, predicts
+				// the lanes' idle tail (it did not, as a constant: -45%)
+				t.Errorf("%s idle: p99 %.1f vs %.1f: the idle tail must hold", r.Prediction.Mode, c.Pred, c.Median)
 			}
 		}
 	}
-	if counted < 35 {
+	if counted < 33 {
 		t.Errorf("only %d checks: the measured file lost cases?", counted)
 	}
-	// rankings: only the two known misses (both where the measured
-	// ranges overlap: the model's difference exceeds the overlap)
+	// rankings: only the known miss (where the measured ranges overlap:
+	// the model's difference exceeds the overlap)
 	bad := 0
 	for _, k := range v.Ranks {
 		if !k.Met {
@@ -133,8 +134,8 @@ func TestOutOfSample(t *testing.T) {
 			}
 		}
 	}
-	if bad > 2 || len(v.Ranks) < 20 {
-		t.Errorf("%d of %d rankings missed, want at most 2", bad, len(v.Ranks))
+	if bad > 1 || len(v.Ranks) < 20 {
+		t.Errorf("%d of %d rankings missed, want at most 1", bad, len(v.Ranks))
 	}
 }
 
