@@ -13,6 +13,7 @@ import (
 type simTwinFlags struct {
 	calib     []string
 	calibRate string
+	pacer     string
 	mode      string
 	rate      string
 	cpus      int
@@ -41,10 +42,14 @@ application CPU) from
 
 From the trace: each stage's cost per packet and per poll, and the
 generator's batch. From the bench case: the tracer correction (receive-CPU
-time per packet), the application CPU's time per packet, the round trip
-outside the receive path (measured p50 minus the model's), and, when the
-file holds the lanes at the same rate, their extra cost at the wire. Nothing
-is fitted to any other case (docs/sim.md, "The twin").
+time per packet), the application CPU's time per packet, and, when the
+file holds the lanes at the same rate, their extra cost at the wire. From
+the same file's idle vanilla case: the round trip outside the receive path
+(a lognormal: measured p50 and p99 minus the model's). With --pacer (the
+JSON 'scripts/twin-appcpu' writes: a paced sender's wake-up lateness on the
+application CPU at the calibration load) the generator sends in the
+injector's catch-up bursts instead of on schedule. Nothing is fitted to
+any other case (docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
 run'); with --predict, what the bench would measure in it: p50 and p99
@@ -70,6 +75,7 @@ Examples:
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.calib, "calib", nil, "untraced bench report of the traced case (bench compare/latency JSON or twin measured file; repeatable)")
+	fl.StringVar(&f.pacer, "pacer", "", "the generator's wake-up lateness (scripts/twin-appcpu's pacelat-RATE.json); default: on schedule")
 	fl.StringVar(&f.calibRate, "calib-rate", "", "background rate of the calibration case, if the --calib files hold several (k and M suffixes)")
 	fl.StringVar(&f.mode, "mode", "", "case mode: vanilla, lanes-sync, lanes-queue, steer-static, steer-dynamic (default vanilla)")
 	fl.StringVar(&f.rate, "rate", "", "case background rate in packets/s, 0 = idle (default: the calibration rate)")
@@ -125,6 +131,11 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 	node, err := twin.Calibrate(trace, ms, calibRate)
 	if err != nil {
 		return wrap(err)
+	}
+	if f.pacer != "" {
+		if err := node.UsePacer(f.pacer); err != nil {
+			return wrap(fmt.Errorf("--pacer: %w", err))
+		}
 	}
 	out := cmd.OutOrStdout()
 	single := f.mode != "" || f.rate != "" || meas == nil
@@ -195,8 +206,12 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 // writeNode prints where the twin's numbers came from, to stderr.
 func writeNode(cmd *cobra.Command, n *twin.Node) {
 	w := cmd.ErrOrStderr()
-	fmt.Fprintf(w, "twin: wire %.0f ns/pkt, gro %.0f, backlog %.0f (traced, x %.3f), app CPU %.0f ns/pkt, base RTT %.1f us\n",
-		n.Traced.Wire.PerPacketNs, n.Traced.GRO.PerPacketNs, n.Traced.Backlog.PerPacketNs, n.Scale, n.AppNsPerPkt, n.BaseRTTUs)
+	paced := "on schedule"
+	if n.PacerLateUs != nil {
+		paced = fmt.Sprintf("paced, late p50 %.0f us", n.PacerLateUs[len(n.PacerLateUs)/2])
+	}
+	fmt.Fprintf(w, "twin: wire %.0f ns/pkt, gro %.0f, backlog %.0f (traced, x %.3f), app CPU %.0f ns/pkt, base RTT p50 %.1f / p99 %.1f us, generator %s\n",
+		n.Traced.Wire.PerPacketNs, n.Traced.GRO.PerPacketNs, n.Traced.Backlog.PerPacketNs, n.Scale, n.AppNsPerPkt, n.BaseRTTUs, n.BaseRTTP99Us, paced)
 }
 
 // oneRate parses one rate with k/M suffixes (0 allowed: idle).

@@ -690,6 +690,12 @@ func (m *Model) startFlow(f *flow) {
 		for i := 0; i < a.Window; i++ {
 			m.sim.At(start, f.next)
 		}
+	case "const":
+		if a.Pacer != nil {
+			m.startPaced(f, start)
+			return
+		}
+		fallthrough
 	default:
 		gap := 1e9 / a.RatePps
 		f.on = true
@@ -728,6 +734,42 @@ func (m *Model) startFlow(f *flow) {
 		}
 		m.sim.At(start, f.next)
 	}
+}
+
+// startPaced runs a const flow's paced sender (Arrival.Pacer) as the
+// bench's pacer does: slot n is due at start + n x batch/rate; after
+// sending a slot, a sender ahead of the next deadline sleeps until it and
+// wakes a drawn lateness later; a sender behind sends at once; on waking,
+// slots more than max_lag packets behind are skipped.
+func (m *Model) startPaced(f *flow, start int64) {
+	a := &f.spec.Arrival
+	batch := max(a.Batch, 1)
+	gap := 1e9 * float64(batch) / a.RatePps
+	lag := int64(a.Pacer.MaxLag / batch)
+	late := a.Pacer.LateUs
+	var n int64 // the next slot
+	f.on = true
+	f.next = func() {
+		for {
+			now := m.sim.Now()
+			if cur := int64(float64(now-start) / gap); cur > n+lag {
+				n = cur - lag
+			}
+			n++
+			for i := 0; i < batch && (a.Count == 0 || f.sent < a.Count); i++ {
+				f.sent++
+				m.nicRx(m.newPacket(f))
+			}
+			if a.Count > 0 && f.sent >= a.Count {
+				return
+			}
+			if due := start + int64(math.Round(float64(n)*gap)); now < due {
+				m.sim.At(due+ns(late[m.rng.IntN(len(late))]*1000), f.next)
+				return
+			}
+		}
+	}
+	m.sim.At(start, f.next)
 }
 
 // nicRx is a packet arriving at the NIC: DMA to its Rx ring, IRQ if the

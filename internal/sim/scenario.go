@@ -214,6 +214,21 @@ type Arrival struct {
 	// every Batch/rate_pps (a generator that sends with sendmmsg, like
 	// the bench's injector: 16); 0 or 1: one at a time.
 	Batch int `yaml:"batch" json:"batch,omitempty"`
+	// Pacer makes a const flow's sender a paced thread that wakes late
+	// (nil: every batch leaves on schedule).
+	Pacer *Pacer `yaml:"pacer" json:"pacer,omitempty"`
+}
+
+// Pacer is a sender like the bench's injector (internal/bench/pace.go):
+// it sleeps until its next batch's deadline and wakes LateUs later (one
+// of the listed values, equally likely: an empirical distribution, e.g.
+// measured by scripts/pacelat on the sender's CPU under load); a sender
+// that is behind sends its next batch at once, so the batches it missed
+// leave back to back (a catch-up burst), up to MaxLag packets behind its
+// schedule; older slots are skipped (never sent).
+type Pacer struct {
+	LateUs []float64 `yaml:"late_us" json:"late_us"`
+	MaxLag int       `yaml:"max_lag" json:"max_lag"` // packets [128]
 }
 
 // FlowSpec is one flow.
@@ -807,6 +822,25 @@ func checkArrival(f string, x *FlowSpec) error {
 	a := &x.Arrival
 	if a.Batch < 0 || (a.Batch > 1 && a.Type != "const") {
 		return fmt.Errorf("%s.arrival.batch: must be >= 0, and only const arrivals come in batches", f)
+	}
+	if p := a.Pacer; p != nil {
+		if a.Type != "const" {
+			return fmt.Errorf("%s.arrival.pacer: only const arrivals are paced", f)
+		}
+		if len(p.LateUs) == 0 {
+			return fmt.Errorf("%s.arrival.pacer.late_us: at least one value (us)", f)
+		}
+		for i, v := range p.LateUs {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("%s.arrival.pacer.late_us[%d]: must be >= 0", f, i)
+			}
+		}
+		if p.MaxLag == 0 {
+			p.MaxLag = 128
+		}
+		if p.MaxLag < 0 {
+			return fmt.Errorf("%s.arrival.pacer.max_lag: must be >= 0 packets", f)
+		}
 	}
 	switch a.Type {
 	case "const", "poisson", "onoff":

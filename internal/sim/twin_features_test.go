@@ -123,3 +123,39 @@ func TestOffpathLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestPacedSender: a paced const flow (arrival.pacer) that always wakes
+// on time sends as the unpaced flow does; one that wakes 2.5 slots late
+// sends the slots it missed back to back (bursts of 3 batches, same
+// rate); one whose lateness exceeds max_lag skips the older slots.
+func TestPacedSender(t *testing.T) {
+	run := func(p *Pacer) FlowResult {
+		sc := twinBase()
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 10000, Batch: 16, Pacer: p}}}
+		return mustRun(t, sc).Flows[0]
+	}
+	plain := run(nil)
+	onTime := run(&Pacer{LateUs: []float64{0}})
+	if onTime.Sent != plain.Sent || onTime.Latency != plain.Latency {
+		t.Errorf("on time: sent %d latency %+v, unpaced %d %+v", onTime.Sent, onTime.Latency, plain.Sent, plain.Latency)
+	}
+	// slot 1.6 ms; waking 4 ms late: slots 1-3 at 5.6 ms, 4-6 at 10.4 ms, ...
+	late := run(&Pacer{LateUs: []float64{4000}})
+	if late.Sent != 16+20*48 { // slot 0, then 20 bursts by 100 ms
+		t.Errorf("late: sent %d, want 976 (the rate kept)", late.Sent)
+	}
+	if math.Abs(late.Latency.Max-48) > 0.1 {
+		t.Errorf("late: max latency %.1f us, want 48 (3 batches of 16 back to back)", late.Latency.Max)
+	}
+	// 32 ms late with max_lag 32 (2 slots): at 33.6 ms slots 19-21 go, the
+	// 17 before them are skipped; every 21 slots, 3 are sent
+	skip := run(&Pacer{LateUs: []float64{32000}, MaxLag: 32})
+	if want := 16 * 3 * 3; skip.Sent < int64(want)-48 || skip.Sent > int64(want)+48 {
+		t.Errorf("skipping: sent %d in 100 ms, want ~%d", skip.Sent, want)
+	}
+	sc := twinBase()
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "poisson", RatePps: 1000, Pacer: &Pacer{LateUs: []float64{1}}}}}
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "flows[0].arrival.pacer") {
+		t.Errorf("pacer on a poisson flow: %v", err)
+	}
+}

@@ -68,6 +68,9 @@ type Node struct {
 	// NAPI kthread's wake-up): its busy time per request at idle minus
 	// the request's receive path in the model.
 	WakeNs float64 `json:"wake_ns"`
+	// PacerLateUs: the generator's wake-up lateness (equally likely
+	// values, us; UsePacer); nil: the background leaves on schedule.
+	PacerLateUs []float64 `json:"pacer_late_us,omitempty"`
 	// IPINs: the cost of a cross-CPU stage hop's IPI (not traced; the
 	// falcon-vm.yaml assumption).
 	IPINs float64 `json:"ipi_ns"`
@@ -103,6 +106,10 @@ type Prediction struct {
 	// steered placement (steer modes).
 	SteeredFraction *float64 `json:"steered_fraction,omitempty"`
 }
+
+// injectMaxLag is the injector's largest catch-up burst, in packets
+// (internal/bench/inject.go's injectMaxLag).
+const injectMaxLag = 128
 
 // Simulated time per prediction: long enough for ~1600 requests at the
 // bench's 2000/s (a p99 from 16 samples above it).
@@ -225,6 +232,12 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 			h := uint32(0x2545f491) + uint32(i)*0x9E3779B9
 			sc.Flows = append(sc.Flows, sim.FlowSpec{Name: name, Lane: "low", Path: []string{"wire", "vxlan", "veth"}, App: "sink", Size: 64, Hash: &h,
 				Arrival: sim.Arrival{Type: "const", RatePps: rate, Batch: n.Batch, StartUs: float64(i) * 1e6 / c.RatePPS}})
+			if n.PacerLateUs != nil {
+				// one injector sends every flow (round robin); each flow's
+				// pacer draws its own lateness, which for one flow (the
+				// validated case) is the injector's
+				sc.Flows[len(sc.Flows)-1].Arrival.Pacer = &sim.Pacer{LateUs: n.PacerLateUs, MaxLag: injectMaxLag}
+			}
 		}
 	}
 	if c.Bench == BenchLatency {
