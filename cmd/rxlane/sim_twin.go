@@ -20,6 +20,7 @@ type simTwinFlags struct {
 	flows     int
 	bench     string
 	predict   bool
+	nic       bool
 	measured  string
 	asJSON    bool
 }
@@ -62,12 +63,14 @@ the measured range; rankings).
 
 Modes: vanilla, lanes-sync, lanes-queue (bench compare's), steer-static,
 steer-dynamic (bench throughput --compare's, closed loop on). --rate 0 is
-the idle case.
+the idle case. --nic --cpus N predicts (unvalidated) the lanes on an N-core
+node with a NIC instead of the testbed's veth wire.
 
 Examples:
   rxlane sim twin trace.json.gz --calib calib.json --predict --mode lanes-sync --rate 300k
   rxlane sim twin trace.json.gz --calib calib.json --mode vanilla --rate 150k > node.yaml
-  rxlane sim twin trace.json.gz --calib calib.json --measured compare.json --json`,
+  rxlane sim twin trace.json.gz --calib calib.json --measured compare.json --json
+  rxlane sim twin trace.json.gz --calib calib.json --predict --nic --cpus 8 --mode lanes-sync --rate 300k --flows 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSimTwin(cmd, f, args[0])
@@ -82,6 +85,7 @@ Examples:
 	fl.IntVar(&f.cpus, "cpus", 0, "CPUs of the modelled node (default: the calibrated node's; extra CPUs are idle except for steering)")
 	fl.IntVar(&f.flows, "flows", 1, "background flows (throughput bench)")
 	fl.StringVar(&f.bench, "bench", "", "which bench the case models: latency (bench compare) or throughput (bench throughput --compare); default by mode")
+	fl.BoolVar(&f.nic, "nic", false, "PREDICTION for a node with a NIC (latency bench): RSS over every CPU but the application CPU, 1024-entry rings, generator off the node; --rate and --flows are per receive CPU; latency is the receive path only")
 	fl.BoolVar(&f.predict, "predict", false, "run the case and print the prediction instead of the scenario")
 	fl.StringVar(&f.measured, "measured", "", "measured bench results to put beside the prediction (implies --predict)")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
@@ -151,7 +155,7 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		v.WriteValidation(out)
 		return nil
 	}
-	c := twin.Case{Bench: f.bench, Mode: f.mode, Flows: f.flows, CPUs: f.cpus, RatePPS: node.CalibRatePPS}
+	c := twin.Case{Bench: f.bench, Mode: f.mode, Flows: f.flows, CPUs: f.cpus, RatePPS: node.CalibRatePPS, NIC: f.nic}
 	if c.Mode == "" {
 		c.Mode = twin.ModeVanilla
 	}

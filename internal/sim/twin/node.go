@@ -88,6 +88,16 @@ type Case struct {
 	Flows int `json:"flows"`
 	// CPUs: 0 = the node's.
 	CPUs int `json:"cpus"`
+	// NIC models a node with a NIC instead of the testbed's veth wire
+	// (PREDICTION, not validated): RSS spreads the flows over every CPU
+	// but the application CPU, each receive CPU polls its own 1024-entry
+	// ring in driver NAPI; the generator is off the node (no load on the
+	// application CPU, batches of the node's batch size on schedule); the
+	// queue lane pays no veth skb-to-XDP copy; RatePPS is the background
+	// offered to EACH receive CPU, in Flows flows per receive CPU; the
+	// request's latency is the receive path only (the testbed's round
+	// trip outside it is not this node's).
+	NIC bool `json:"nic,omitempty"`
 }
 
 // Prediction is what the model says the bench measures in one case.
@@ -106,6 +116,14 @@ type Prediction struct {
 	// steered placement (steer modes).
 	SteeredFraction *float64 `json:"steered_fraction,omitempty"`
 }
+
+// nicRingSize: a NIC node's Rx ring (a common driver default; the
+// testbed's wire is veth's 256-entry ptr_ring).
+const nicRingSize = 1024
+
+// nicRequestHash: the request's flow hash on a NIC node (fixed, so that
+// every mode and core count puts it on the same share of the flood).
+var nicRequestHash = uint32(0x6b43a9b5)
 
 // injectMaxLag is the injector's largest catch-up burst, in packets
 // (internal/bench/inject.go's injectMaxLag).
@@ -161,6 +179,9 @@ func (c *Case) Validate() error {
 	if c.CPUs < 0 || c.CPUs == 1 || c.CPUs > 64 {
 		return fmt.Errorf("%w: cpus %d: want 2 to 64 (0: the node's)", ErrInput, c.CPUs)
 	}
+	if c.NIC && c.Bench != BenchLatency {
+		return fmt.Errorf("%w: --nic models the latency bench's lanes on a NIC node (mode vanilla, lanes-sync or lanes-queue)", ErrInput)
+	}
 	return nil
 }
 
@@ -187,7 +208,19 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	case ModeLanesSync:
 		wireNs += n.LaneSyncNs
 	case ModeLanesQueue:
-		wireNs += n.LaneQueueNs
+		if !c.NIC {
+			// the veth's skb-to-XDP copy; a NIC runs XDP on its own buffers
+			wireNs += n.LaneQueueNs
+		}
+	}
+	rss, ring := []int{rx}, n.RingSize
+	if c.NIC {
+		rss, ring = nil, nicRingSize
+		for i := 0; i < cpus; i++ {
+			if i != app {
+				rss = append(rss, i)
+			}
+		}
 	}
 	// one poll_ns for all stages: the kernel's per-poll overhead, the
 	// sample-weighted mean of the fitted ones (as sim's calibrate_from)
@@ -204,7 +237,7 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		WarmupMs:    warmMs,
 		CPUs:        cpus,
 		Kernel:      sim.Kernel{ISRNs: 0, IPINs: n.IPINs, WakeNs: n.WakeNs, PollNs: round1(scale * pn / math.Max(pw, 1))},
-		NIC:         sim.NIC{RSSCPUs: []int{rx}, RingSize: n.RingSize},
+		NIC:         sim.NIC{RSSCPUs: rss, RingSize: ring},
 		Stages: []sim.StageSpec{
 			{Name: "wire", Kind: "nic", Cost: sim.Cost{Ns: round1(wireNs)}},
 			{Name: "vxlan", Kind: "gro", Cost: sim.Cost{Ns: round1(scale * tr.GRO.PerPacketNs)}},
@@ -216,7 +249,18 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	// it is given), so delivered counts what reached it; its own CPU time
 	// is in the generator's
 	sc.Apps = []sim.AppSpec{{Name: "sink", CPU: &appCPU, Cost: sim.Cost{Ns: 1}, SocketLimit: 1 << 22}}
-	if c.RatePPS > 0 {
+	if c.RatePPS > 0 && c.NIC {
+		// an off-node generator: on schedule, in its batches, Flows flows
+		// per receive CPU at RatePPS per receive CPU (RSS spreads them by
+		// hash, so some CPUs get more than others)
+		nf := c.Flows * len(rss)
+		rate := c.RatePPS * float64(len(rss)) / float64(nf)
+		for i := 0; i < nf; i++ {
+			h := uint32(0x2545f491) + uint32(i)*0x9E3779B9
+			sc.Flows = append(sc.Flows, sim.FlowSpec{Name: fmt.Sprintf("background%d", i), Lane: "low", Path: []string{"wire", "vxlan", "veth"}, App: "sink", Size: 64, Hash: &h,
+				Arrival: sim.Arrival{Type: "const", RatePps: rate, Batch: n.Batch, StartUs: float64(i) * 1e6 / (rate * float64(nf))}})
+		}
+	} else if c.RatePPS > 0 {
 		// the generator and the sink: their application-CPU time per
 		// background packet, as a load on the application CPU in
 		// per-packet chunks (which of it is non-preemptible is not
@@ -246,7 +290,11 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		sc.Apps = append(sc.Apps, sim.AppSpec{Name: "echo", CPU: &echo, Cost: sim.Cost{Ns: 1}, SocketLimit: 1024})
 		hi := sim.FlowSpec{Name: "request", Lane: "high", Path: []string{"wire", "vxlan", "veth"}, App: "echo", Size: 64,
 			Arrival: sim.Arrival{Type: "poisson", RatePps: probeRate}}
-		if n.BaseRTTUs > 0 {
+		if c.NIC {
+			// the request hashes to one receive CPU, among the flood's
+			hi.Hash = &nicRequestHash
+		}
+		if n.BaseRTTUs > 0 && !c.NIC {
 			hi.Offpath = &sim.Offpath{P50Us: n.BaseRTTUs, P99Us: math.Max(n.BaseRTTUs, n.BaseRTTP99Us)}
 		}
 		switch c.Mode {
@@ -303,16 +351,22 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 		}
 	}
 	p.DeliveredPPS = bgDelivered
+	rxCPU := n.RxCPU
+	if c.NIC {
+		// the receive CPU the request hashes to (reciprocal_scale)
+		rss := sc.NIC.RSSCPUs
+		rxCPU = rss[int((uint64(nicRequestHash)*uint64(len(rss)))>>32)]
+	}
 	for _, cr := range r.CPUs {
 		busy := 100 * (1 - cr.Idle)
 		switch cr.ID {
-		case n.RxCPU:
+		case rxCPU:
 			p.RxBusyPct = busy
 		case n.AppCPU:
 			p.AppBusyPct = busy
 		}
 	}
-	if bgDelivered > 0 {
+	if bgDelivered > 0 && !c.NIC {
 		p.RxUsPerPkt = p.RxBusyPct / 100 / bgDelivered * 1e6
 	}
 	if r.Loop != nil {

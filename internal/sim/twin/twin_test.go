@@ -310,3 +310,50 @@ func TestPacerBurstsTheWire(t *testing.T) {
 		t.Errorf("a measured file as pacer file: %v", err)
 	}
 }
+
+// TestNICNodePrediction: the NIC node (a prediction) spreads the flood by
+// RSS over every CPU but the application CPU, in 1024-entry rings, with
+// no generator on the node and the receive path alone as latency; the
+// sync lane never makes the request slower than vanilla there.
+func TestNICNodePrediction(t *testing.T) {
+	n, _ := calibrated(t)
+	c := Case{Mode: ModeLanesQueue, RatePPS: 150e3, Flows: 4, CPUs: 8, NIC: true}
+	sc, err := n.Scenario(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.NIC.RSSCPUs) != 7 || sc.NIC.RingSize != 1024 || len(sc.Flows) != 7*4+1 {
+		t.Fatalf("rss %v ring %d flows %d", sc.NIC.RSSCPUs, sc.NIC.RingSize, len(sc.Flows))
+	}
+	for _, a := range sc.Apps {
+		if a.PeriodUs > 0 {
+			t.Errorf("app %s loads the node: the generator is off the node", a.Name)
+		}
+	}
+	for _, f := range sc.Flows {
+		if f.Offpath != nil || f.Arrival.Pacer != nil {
+			t.Errorf("flow %s: offpath %v pacer %v: the testbed's client and generator are not this node's", f.Name, f.Offpath, f.Arrival.Pacer)
+		}
+	}
+	if sc.Stages[0].Cost.Ns != round1(n.Scale*n.Traced.Wire.PerPacketNs) {
+		t.Errorf("queue lane's wire %.1f ns: a NIC pays no veth copy", sc.Stages[0].Cost.Ns)
+	}
+	for _, cpus := range []int{4, 16} {
+		van, err := n.Predict(Case{Mode: ModeVanilla, RatePPS: 300e3, Flows: 4, CPUs: cpus, NIC: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		syn, _ := n.Predict(Case{Mode: ModeLanesSync, RatePPS: 300e3, Flows: 4, CPUs: cpus, NIC: true})
+		offered := 300e3 * float64(cpus-1)
+		if math.Abs(van.DeliveredPPS-offered)/offered > 0.02 {
+			t.Errorf("%d CPUs: delivered %.0f of %.0f", cpus, van.DeliveredPPS, offered)
+		}
+		if syn.P99Us > van.P99Us || syn.P50Us > van.P50Us {
+			t.Errorf("%d CPUs: sync lane p50/p99 %.0f/%.0f us, vanilla %.0f/%.0f", cpus, syn.P50Us, syn.P99Us, van.P50Us, van.P99Us)
+		}
+	}
+	bad := Case{Bench: BenchThroughput, Mode: ModeVanilla, RatePPS: 1e5, NIC: true}
+	if err := bad.Validate(); err == nil || !errors.Is(err, ErrInput) {
+		t.Errorf("NIC on the throughput bench accepted: %v", err)
+	}
+}
