@@ -14,6 +14,7 @@ type simTwinFlags struct {
 	calib     []string
 	calibRate string
 	pacer     string
+	stalls    string
 	mode      string
 	rate      string
 	cpus      int
@@ -49,8 +50,10 @@ the same file's idle vanilla case: the round trip outside the receive path
 (a lognormal: measured p50 and p99 minus the model's). With --pacer (the
 JSON 'scripts/twin-appcpu' writes: a paced sender's wake-up lateness on the
 application CPU at the calibration load) the generator sends in the
-injector's catch-up bursts instead of on schedule. Nothing is fitted to
-any other case (docs/sim.md, "The twin").
+injector's catch-up bursts instead of on schedule; with --stalls (its
+spingap-rx.json: the gaps in which the receive CPU runs nothing of ours)
+the receive CPU stalls as measured. Nothing is fitted to any other case
+(docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
 run'); with --predict, what the bench would measure in it: p50 and p99
@@ -79,6 +82,7 @@ Examples:
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.calib, "calib", nil, "untraced bench report of the traced case (bench compare/latency JSON or twin measured file; repeatable)")
 	fl.StringVar(&f.pacer, "pacer", "", "the generator's wake-up lateness (scripts/twin-appcpu's pacelat-RATE.json); default: on schedule")
+	fl.StringVar(&f.stalls, "stalls", "", "the receive CPU's stalls (scripts/twin-appcpu's spingap-rx.json); default: none")
 	fl.StringVar(&f.calibRate, "calib-rate", "", "background rate of the calibration case, if the --calib files hold several (k and M suffixes)")
 	fl.StringVar(&f.mode, "mode", "", "case mode: vanilla, lanes-sync, lanes-queue, steer-static, steer-dynamic (default vanilla)")
 	fl.StringVar(&f.rate, "rate", "", "case background rate in packets/s, 0 = idle (default: the calibration rate)")
@@ -132,14 +136,9 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		}
 		meas = m
 	}
-	node, err := twin.Calibrate(trace, ms, calibRate)
+	node, err := twin.CalibrateWith(trace, ms, calibRate, twin.Extras{Pacer: f.pacer, Stalls: f.stalls})
 	if err != nil {
 		return wrap(err)
-	}
-	if f.pacer != "" {
-		if err := node.UsePacer(f.pacer); err != nil {
-			return wrap(fmt.Errorf("--pacer: %w", err))
-		}
 	}
 	out := cmd.OutOrStdout()
 	single := f.mode != "" || f.rate != "" || meas == nil

@@ -28,7 +28,8 @@ func TestSimTwinUsageErrors(t *testing.T) {
 		{twinArgs("--mode", "lanes-sync", "--bench", "throughput"), "measured by the latency bench"},
 		{[]string{"sim", "twin", "nope.json", "--calib", twinData + "measured-docs.json"}, "read trace"},
 		{twinArgs("--measured", "nope.json"), "read measured file"},
-		{twinArgs("--pacer", "nope.json"), "--pacer: twin: read pacer file"},
+		{twinArgs("--pacer", "nope.json"), "read pacer file"},
+		{twinArgs("--stalls", twinData+"pacelat-150k.json"), "is not a 'spingap --json' report"},
 		{twinArgs("--pacer", twinData+"measured-docs.json"), "is not a 'pacelat --json' report"},
 	} {
 		out, err := run(tc.args...)

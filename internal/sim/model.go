@@ -26,6 +26,7 @@ const (
 	kIRQ = iota
 	kSoftirq
 	kApp
+	kStall // Kernel.Stalls: in no CPU share
 	nKinds
 )
 
@@ -148,9 +149,11 @@ type cpu struct {
 
 	slots [nLevels]slot
 	endFn [nLevels]func()
-	irqQ  []*napi // pending hard IRQs; nil = IPI
-	isrN  *napi
-	isIPI bool
+	irqQ  []*napi // pending hard IRQs; nil = IPI; stallMark = a stall
+	// stallQ: durations of the pending stalls (Kernel.Stalls), in order
+	stallQ []int64
+	isrN   *napi
+	isIPI  bool
 
 	inSoftirq, pending, deferred bool
 	sirqLevel, restarts          int
@@ -904,7 +907,54 @@ func (c *cpu) raiseIRQ(n *napi, ipi bool) {
 	c.startISR(n, ipi)
 }
 
+// stallMark in irqQ / isrN is a stall (Kernel.Stalls), not an IRQ.
+var stallMark = &napi{name: "stall"}
+
+// startStalls schedules each stalled CPU's Poisson process of stalls.
+func (m *Model) startStalls() {
+	st := m.sc.Kernel.Stalls
+	if st == nil {
+		return
+	}
+	// the gap from a stall's end to the next one's start is exponential,
+	// with the mean that makes per_s stalls a second: stalls do not
+	// overlap (what a stall probe measures is one whole gap)
+	var sum float64
+	for _, v := range st.Us {
+		sum += v * 1000
+	}
+	mean := 1e9/st.PerS - sum/float64(len(st.Us))
+	for _, ci := range st.CPUs {
+		c := m.cpus[ci]
+		var next func()
+		next = func() {
+			d := ns(st.Us[m.rng.IntN(len(st.Us))] * 1000)
+			c.raiseStall(d)
+			m.sim.Schedule(d+int64(m.rng.ExpFloat64()*mean)+1, next)
+		}
+		m.sim.At(int64(m.rng.ExpFloat64()*mean), next)
+	}
+}
+
+// raiseStall takes the CPU away for d ns: at once, unless a hard IRQ
+// runs (then right after it, in order with the pending IRQs).
+func (c *cpu) raiseStall(d int64) {
+	c.stallQ = append(c.stallQ, d)
+	if c.slots[lvlIRQ].active {
+		c.irqQ = append(c.irqQ, stallMark)
+		return
+	}
+	c.startISR(stallMark, false)
+}
+
 func (c *cpu) startISR(n *napi, ipi bool) {
+	if n == stallMark {
+		c.isrN, c.isIPI = n, false
+		d := c.stallQ[0]
+		c.stallQ = c.stallQ[1:]
+		c.start(lvlIRQ, d, kStall)
+		return
+	}
 	c.isrN, c.isIPI = n, ipi
 	cost := c.m.isrNs
 	if ipi {
@@ -919,7 +969,7 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 }
 
 func (c *cpu) isrDone() {
-	if n := c.isrN; n != nil && !c.isIPI {
+	if n := c.isrN; n != nil && n != stallMark && !c.isIPI {
 		// napi_schedule from the driver's ISR
 		if !n.sched {
 			n.sched = true

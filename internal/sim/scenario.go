@@ -71,6 +71,23 @@ type Kernel struct {
 	// busier the CPU is. 0 by default.
 	WakeNs           float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
 	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
+	// Stalls take CPUs away from the guest now and then (nil: never).
+	Stalls *Stalls `yaml:"stalls" json:"stalls,omitempty"`
+}
+
+// Stalls are the moments a CPU runs nothing of the model's: the
+// hypervisor's exits and the host's work on a VM, SMIs, a CPU's own
+// interrupts that no stage accounts for. They come as a Poisson process
+// of PerS a second per CPU (the gap from one's end to the next one's
+// start is exponential: they never overlap), each lasting one of Us
+// (equally likely: an empirical distribution, e.g. what scripts/spingap
+// measures on a CPU), and preempt everything on the CPU (hard IRQs wait). Their time is
+// counted as neither busy nor idle work of the guest: it shows in no
+// CPU share (as steal time). CPUs: the CPUs they hit (default all).
+type Stalls struct {
+	PerS float64   `yaml:"per_s" json:"per_s"`
+	Us   []float64 `yaml:"us" json:"us"`
+	CPUs []int     `yaml:"cpus" json:"cpus,omitempty"`
 }
 
 // NIC describes the physical NICs and their Rx rings.
@@ -477,6 +494,29 @@ func (s *Scenario) normalizeKernel() error {
 	}
 	if k.Budget < 1 || k.Weight < 1 || k.MaxBacklog < 1 || k.RestartLimit < 1 || k.BudgetUsecs < 0 {
 		return fmt.Errorf("kernel: netdev_budget, weight, netdev_max_backlog, softirq_restart must be >= 1")
+	}
+	if st := k.Stalls; st != nil {
+		if !(st.PerS > 0) || math.IsInf(st.PerS, 0) || len(st.Us) == 0 {
+			return fmt.Errorf("kernel.stalls: want per_s > 0 and at least one duration in us")
+		}
+		var sum float64
+		for i, v := range st.Us {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("kernel.stalls.us[%d]: must be >= 0", i)
+			}
+			sum += v
+		}
+		if st.PerS*sum/float64(len(st.Us)) >= 1e6 {
+			return fmt.Errorf("kernel.stalls: per_s x the mean duration must be below 1 s a second")
+		}
+		if len(st.CPUs) == 0 {
+			for i := 0; i < s.CPUs; i++ {
+				st.CPUs = append(st.CPUs, i)
+			}
+		}
+		if err := checkCPUs("kernel.stalls.cpus", st.CPUs, s.CPUs); err != nil {
+			return err
+		}
 	}
 	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs, "wake_ns": k.WakeNs} {
 		if v < 0 {

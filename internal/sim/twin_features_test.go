@@ -159,3 +159,34 @@ func TestPacedSender(t *testing.T) {
 		t.Errorf("pacer on a poisson flow: %v", err)
 	}
 }
+
+// TestStalls: stalls of 100 us, 1000 a second, take 10% of the receive
+// CPU away: a packet arriving in one waits for its end (on average 5 us
+// more), the CPU's shares do not show them, and a CPU they are not
+// configured for never stalls.
+func TestStalls(t *testing.T) {
+	sc := twinBase()
+	sc.DurationMs = 2000
+	sc.Kernel.Stalls = &Stalls{PerS: 1000, Us: []float64{100}, CPUs: []int{1}}
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 10000}}}
+	r := mustRun(t, sc)
+	f := r.Flows[0]
+	// (max: a packet can meet two stalls, the second starting right
+	// after the first)
+	if math.Abs(f.Latency.Mean-6) > 0.5 || f.Latency.Max < 95 || f.Latency.Max > 202 {
+		t.Errorf("latency mean %.2f max %.1f us, want ~6 (1 + 10%% x 50) and 101-201", f.Latency.Mean, f.Latency.Max)
+	}
+	if busy := 1 - r.CPUs[1].Idle; math.Abs(busy-0.01) > 0.001 {
+		t.Errorf("CPU 1 busy %.4f, want 0.01 (the packets alone)", busy)
+	}
+	sc.Kernel.Stalls.CPUs = []int{0}
+	if r := mustRun(t, sc); r.Flows[0].Latency.Max > 1.01 {
+		t.Errorf("stalls on CPU 0 delayed CPU 1's packets: max %.2f us", r.Flows[0].Latency.Max)
+	}
+	sc = twinBase()
+	sc.Kernel.Stalls = &Stalls{PerS: 0, Us: []float64{1}}
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 1000}}}
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "kernel.stalls") {
+		t.Errorf("stalls with per_s 0: %v", err)
+	}
+}

@@ -208,6 +208,12 @@ func (m *Measured) Find(c Case) (MeasuredCase, bool) {
 // the same run). Nothing else is fitted: every other case is predicted
 // from this.
 func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error) {
+	return CalibrateWith(tracePath, calib, rate, Extras{})
+}
+
+// CalibrateWith is Calibrate with the micro-benchmarks' inputs (Extras),
+// modelled before anything is fitted.
+func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras) (*Node, error) {
 	if len(calib) == 0 {
 		return nil, fmt.Errorf("%w: no calibration measurement", ErrInput)
 	}
@@ -253,6 +259,16 @@ func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error)
 		return nil, fmt.Errorf("%w: the calibration run has the receive and application CPU both %d; the twin models the nic layout (two CPUs)", ErrInput, n.RxCPU)
 	}
 	n.CPUs = max(n.RxCPU, n.AppCPU) + 1
+	if ex.Stalls != "" {
+		if err := n.UseStalls(ex.Stalls); err != nil {
+			return nil, err
+		}
+	}
+	if ex.Pacer != "" {
+		if err := n.UsePacer(ex.Pacer); err != nil {
+			return nil, err
+		}
+	}
 	// the application CPU's time per background packet: its busy time
 	// under load minus idle, in the first file that has both for vanilla
 	// (the calibration case's file first)

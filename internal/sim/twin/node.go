@@ -68,6 +68,8 @@ type Node struct {
 	// NAPI kthread's wake-up): its busy time per request at idle minus
 	// the request's receive path in the model.
 	WakeNs float64 `json:"wake_ns"`
+	// Stalls: the receive CPU's stalls (UseStalls); nil: none.
+	Stalls *sim.Stalls `json:"stalls,omitempty"`
 	// PacerLateUs: the generator's wake-up lateness (equally likely
 	// values, us; UsePacer); nil: the background leaves on schedule.
 	PacerLateUs []float64 `json:"pacer_late_us,omitempty"`
@@ -276,7 +278,7 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 			h := uint32(0x2545f491) + uint32(i)*0x9E3779B9
 			sc.Flows = append(sc.Flows, sim.FlowSpec{Name: name, Lane: "low", Path: []string{"wire", "vxlan", "veth"}, App: "sink", Size: 64, Hash: &h,
 				Arrival: sim.Arrival{Type: "const", RatePps: rate, Batch: n.Batch, StartUs: float64(i) * 1e6 / c.RatePPS}})
-			if n.PacerLateUs != nil {
+			if n.PacerLateUs != nil && !c.NIC {
 				// one injector sends every flow (round robin); each flow's
 				// pacer draws its own lateness, which for one flow (the
 				// validated case) is the injector's
@@ -314,6 +316,12 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	}
 	if c.Mode == ModeSteerStatic || c.Mode == ModeSteerDynamic {
 		sc.Steering = sim.Steering{Mode: "falcon", Static: c.Mode == ModeSteerStatic, Loop: &sim.LoopSpec{}}
+	}
+	if n.Stalls != nil && !c.NIC {
+		// this VM's receive CPU (a NIC node is not this VM)
+		st := *n.Stalls
+		st.CPUs = []int{rx}
+		sc.Kernel.Stalls = &st
 	}
 	if err := sc.Normalize(); err != nil {
 		return nil, fmt.Errorf("twin scenario: %w", err)
