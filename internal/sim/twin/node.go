@@ -125,7 +125,7 @@ const nicRingSize = 1024
 
 // nicRequestHash: the request's flow hash on a NIC node (fixed, so that
 // every mode and core count puts it on the same share of the flood).
-var nicRequestHash = uint32(0x6b43a9b5)
+const nicRequestHash = uint32(0x6b43a9b5)
 
 // injectMaxLag is the injector's largest catch-up burst, in packets
 // (internal/bench/inject.go's injectMaxLag).
@@ -294,7 +294,8 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 			Arrival: sim.Arrival{Type: "poisson", RatePps: probeRate}}
 		if c.NIC {
 			// the request hashes to one receive CPU, among the flood's
-			hi.Hash = &nicRequestHash
+			h := nicRequestHash
+			hi.Hash = &h
 		}
 		if n.BaseRTTUs > 0 && !c.NIC {
 			hi.Offpath = &sim.Offpath{P50Us: n.BaseRTTUs, P99Us: math.Max(n.BaseRTTUs, n.BaseRTTP99Us)}
