@@ -68,9 +68,10 @@ func TestSimTwinScenarioRuns(t *testing.T) {
 	if !lane {
 		t.Errorf("the queue lane's request path is not wire,lane: %+v", sc.Flows)
 	}
-	// with --pacer the background is paced by the measured lateness, and
-	// the request carries the round trip outside the receive path
-	out, err = run(twinArgs("--mode", "vanilla", "--rate", "300k", "--pacer", twinData+"pacelat-150k.json")...)
+	// with --pacer the background is paced by the measured lateness, with
+	// --stalls the receive CPU stalls, and the request carries the round
+	// trip outside the receive path
+	out, err = run(twinArgs("--mode", "vanilla", "--rate", "300k", "--pacer", twinData+"pacelat-150k.json", "--stalls", twinData+"spingap-rx.json")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +80,9 @@ func TestSimTwinScenarioRuns(t *testing.T) {
 	}
 	if sc, err = sim.LoadScenario(p, nil); err != nil {
 		t.Fatalf("emitted paced scenario does not load: %v", err)
+	}
+	if st := sc.Kernel.Stalls; st == nil || st.PerS <= 0 || len(st.Us) == 0 || len(st.CPUs) != 1 || st.CPUs[0] != 1 {
+		t.Errorf("stalls %+v, want the file's on the receive CPU 1", st)
 	}
 	for _, f := range sc.Flows {
 		switch f.Name {
