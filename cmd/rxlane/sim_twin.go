@@ -13,12 +13,15 @@ import (
 type simTwinFlags struct {
 	calib     []string
 	calibRate string
+	pacer     string
+	stalls    string
 	mode      string
 	rate      string
 	cpus      int
 	flows     int
 	bench     string
 	predict   bool
+	nic       bool
 	measured  string
 	asJSON    bool
 }
@@ -41,10 +44,16 @@ application CPU) from
 
 From the trace: each stage's cost per packet and per poll, and the
 generator's batch. From the bench case: the tracer correction (receive-CPU
-time per packet), the application CPU's time per packet, the round trip
-outside the receive path (measured p50 minus the model's), and, when the
-file holds the lanes at the same rate, their extra cost at the wire. Nothing
-is fitted to any other case (docs/sim.md, "The twin").
+time per packet), the application CPU's time per packet, and, when the
+file holds the lanes at the same rate, their extra cost at the wire. From
+the same file's idle vanilla case: the round trip outside the receive path
+(a lognormal: measured p50 and p99 minus the model's). With --pacer (the
+JSON 'scripts/twin-appcpu' writes: a paced sender's wake-up lateness on the
+application CPU at the calibration load) the generator sends in the
+injector's catch-up bursts instead of on schedule; with --stalls (its
+spingap-rx.json: the gaps in which the receive CPU runs nothing of ours)
+the receive CPU stalls as measured. Nothing is fitted to any other case
+(docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
 run'); with --predict, what the bench would measure in it: p50 and p99
@@ -57,12 +66,14 @@ the measured range; rankings).
 
 Modes: vanilla, lanes-sync, lanes-queue (bench compare's), steer-static,
 steer-dynamic (bench throughput --compare's, closed loop on). --rate 0 is
-the idle case.
+the idle case. --nic --cpus N predicts (unvalidated) the lanes on an N-core
+node with a NIC instead of the testbed's veth wire.
 
 Examples:
   rxlane sim twin trace.json.gz --calib calib.json --predict --mode lanes-sync --rate 300k
   rxlane sim twin trace.json.gz --calib calib.json --mode vanilla --rate 150k > node.yaml
-  rxlane sim twin trace.json.gz --calib calib.json --measured compare.json --json`,
+  rxlane sim twin trace.json.gz --calib calib.json --measured compare.json --json
+  rxlane sim twin trace.json.gz --calib calib.json --predict --nic --cpus 8 --mode lanes-sync --rate 300k --flows 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSimTwin(cmd, f, args[0])
@@ -70,12 +81,15 @@ Examples:
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.calib, "calib", nil, "untraced bench report of the traced case (bench compare/latency JSON or twin measured file; repeatable)")
+	fl.StringVar(&f.pacer, "pacer", "", "the generator's wake-up lateness (scripts/twin-appcpu's pacelat-RATE.json); default: on schedule")
+	fl.StringVar(&f.stalls, "stalls", "", "the receive CPU's stalls (scripts/twin-appcpu's spingap-rx.json); default: none")
 	fl.StringVar(&f.calibRate, "calib-rate", "", "background rate of the calibration case, if the --calib files hold several (k and M suffixes)")
 	fl.StringVar(&f.mode, "mode", "", "case mode: vanilla, lanes-sync, lanes-queue, steer-static, steer-dynamic (default vanilla)")
 	fl.StringVar(&f.rate, "rate", "", "case background rate in packets/s, 0 = idle (default: the calibration rate)")
 	fl.IntVar(&f.cpus, "cpus", 0, "CPUs of the modelled node (default: the calibrated node's; extra CPUs are idle except for steering)")
 	fl.IntVar(&f.flows, "flows", 1, "background flows (throughput bench)")
 	fl.StringVar(&f.bench, "bench", "", "which bench the case models: latency (bench compare) or throughput (bench throughput --compare); default by mode")
+	fl.BoolVar(&f.nic, "nic", false, "PREDICTION for a node with a NIC (latency bench): RSS over every CPU but the application CPU, 1024-entry rings, generator off the node; --rate and --flows are per receive CPU; latency is the receive path only")
 	fl.BoolVar(&f.predict, "predict", false, "run the case and print the prediction instead of the scenario")
 	fl.StringVar(&f.measured, "measured", "", "measured bench results to put beside the prediction (implies --predict)")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
@@ -122,7 +136,7 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		}
 		meas = m
 	}
-	node, err := twin.Calibrate(trace, ms, calibRate)
+	node, err := twin.CalibrateWith(trace, ms, calibRate, twin.Extras{Pacer: f.pacer, Stalls: f.stalls})
 	if err != nil {
 		return wrap(err)
 	}
@@ -140,7 +154,7 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		v.WriteValidation(out)
 		return nil
 	}
-	c := twin.Case{Bench: f.bench, Mode: f.mode, Flows: f.flows, CPUs: f.cpus, RatePPS: node.CalibRatePPS}
+	c := twin.Case{Bench: f.bench, Mode: f.mode, Flows: f.flows, CPUs: f.cpus, RatePPS: node.CalibRatePPS, NIC: f.nic}
 	if c.Mode == "" {
 		c.Mode = twin.ModeVanilla
 	}
@@ -195,8 +209,12 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 // writeNode prints where the twin's numbers came from, to stderr.
 func writeNode(cmd *cobra.Command, n *twin.Node) {
 	w := cmd.ErrOrStderr()
-	fmt.Fprintf(w, "twin: wire %.0f ns/pkt, gro %.0f, backlog %.0f (traced, x %.3f), app CPU %.0f ns/pkt, base RTT %.1f us\n",
-		n.Traced.Wire.PerPacketNs, n.Traced.GRO.PerPacketNs, n.Traced.Backlog.PerPacketNs, n.Scale, n.AppNsPerPkt, n.BaseRTTUs)
+	paced := "on schedule"
+	if n.PacerLateUs != nil {
+		paced = fmt.Sprintf("paced, late p50 %.0f us", n.PacerLateUs[len(n.PacerLateUs)/2])
+	}
+	fmt.Fprintf(w, "twin: wire %.0f ns/pkt, gro %.0f, backlog %.0f (traced, x %.3f), app CPU %.0f ns/pkt, base RTT p50 %.1f / p99 %.1f us, generator %s\n",
+		n.Traced.Wire.PerPacketNs, n.Traced.GRO.PerPacketNs, n.Traced.Backlog.PerPacketNs, n.Scale, n.AppNsPerPkt, n.BaseRTTUs, n.BaseRTTP99Us, paced)
 }
 
 // oneRate parses one rate with k/M suffixes (0 allowed: idle).

@@ -28,6 +28,9 @@ func TestSimTwinUsageErrors(t *testing.T) {
 		{twinArgs("--mode", "lanes-sync", "--bench", "throughput"), "measured by the latency bench"},
 		{[]string{"sim", "twin", "nope.json", "--calib", twinData + "measured-docs.json"}, "read trace"},
 		{twinArgs("--measured", "nope.json"), "read measured file"},
+		{twinArgs("--pacer", "nope.json"), "read pacer file"},
+		{twinArgs("--stalls", twinData+"pacelat-150k.json"), "is not a 'spingap --json' report"},
+		{twinArgs("--pacer", twinData+"measured-docs.json"), "is not a 'pacelat --json' report"},
 	} {
 		out, err := run(tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -64,6 +67,34 @@ func TestSimTwinScenarioRuns(t *testing.T) {
 	}
 	if !lane {
 		t.Errorf("the queue lane's request path is not wire,lane: %+v", sc.Flows)
+	}
+	// with --pacer the background is paced by the measured lateness, with
+	// --stalls the receive CPU stalls, and the request carries the round
+	// trip outside the receive path
+	out, err = run(twinArgs("--mode", "vanilla", "--rate", "300k", "--pacer", twinData+"pacelat-150k.json", "--stalls", twinData+"spingap-rx.json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if sc, err = sim.LoadScenario(p, nil); err != nil {
+		t.Fatalf("emitted paced scenario does not load: %v", err)
+	}
+	if st := sc.Kernel.Stalls; st == nil || st.PerS <= 0 || len(st.Us) == 0 || len(st.CPUs) != 1 || st.CPUs[0] != 1 {
+		t.Errorf("stalls %+v, want the file's on the receive CPU 1", st)
+	}
+	for _, f := range sc.Flows {
+		switch f.Name {
+		case "background":
+			if f.Arrival.Pacer == nil || len(f.Arrival.Pacer.LateUs) != 1000 || f.Arrival.Pacer.MaxLag != 128 {
+				t.Errorf("background not paced by the file: %+v", f.Arrival.Pacer)
+			}
+		case "request":
+			if o := f.Offpath; o == nil || o.P50Us <= 0 || o.P99Us <= o.P50Us {
+				t.Errorf("request offpath %+v, want a spread from the idle case", o)
+			}
+		}
 	}
 }
 

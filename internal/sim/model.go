@@ -26,6 +26,7 @@ const (
 	kIRQ = iota
 	kSoftirq
 	kApp
+	kStall // Kernel.Stalls: in no CPU share
 	nKinds
 )
 
@@ -148,9 +149,11 @@ type cpu struct {
 
 	slots [nLevels]slot
 	endFn [nLevels]func()
-	irqQ  []*napi // pending hard IRQs; nil = IPI
-	isrN  *napi
-	isIPI bool
+	irqQ  []*napi // pending hard IRQs; nil = IPI; stallMark = a stall
+	// stallQ: durations of the pending stalls (Kernel.Stalls), in order
+	stallQ []int64
+	isrN   *napi
+	isIPI  bool
 
 	inSoftirq, pending, deferred bool
 	sirqLevel, restarts          int
@@ -222,6 +225,22 @@ type flow struct {
 	sent  int
 	on    bool
 	next  func()
+	// offMu, offSigma: the lognormal of FlowSpec.Offpath in ns (offOn:
+	// set; the RNG is drawn only then, so flows without it replay as
+	// before)
+	offOn           bool
+	offMu, offSigma float64
+}
+
+// z99 is the standard normal's 99th percentile.
+const z99 = 2.3263478740408408
+
+// offpath draws the flow's latency outside the model (ns).
+func (m *Model) offpath(f *flow) int64 {
+	if !f.offOn {
+		return 0
+	}
+	return int64(math.Round(math.Exp(f.offMu + f.offSigma*m.rng.NormFloat64())))
 }
 
 // Model is one instantiated scenario.
@@ -513,6 +532,9 @@ func (m *Model) buildFlows(nRSS int) {
 		}
 		for cp := 0; cp < sp.Copies; cp++ {
 			f := &flow{spec: sp, st: fs, path: path}
+			if o := sp.Offpath; o != nil {
+				f.offOn, f.offMu, f.offSigma = true, math.Log(o.P50Us*1000), math.Log(o.P99Us/o.P50Us)/z99
+			}
 			if sp.Lane == "high" {
 				f.lane = laneHigh
 			}
@@ -629,11 +651,12 @@ func (m *Model) complete(p *packet) {
 	f := p.flow
 	st := f.st
 	m.completed++
+	off := m.offpath(f)
 	if p.born >= m.warm {
 		st.delivered++
-		lat := now - p.born
+		lat := now - p.born + off
 		st.latSum += float64(lat)
-		st.waitSum += float64(lat - p.svc)
+		st.waitSum += float64(now - p.born - p.svc) // the model's own wait
 		st.latN++
 		st.hist.record(lat)
 	}
@@ -643,7 +666,7 @@ func (m *Model) complete(p *packet) {
 	}
 	m.release(p)
 	if f.spec.Arrival.Type == "closed" {
-		m.sim.Schedule(ns(f.spec.Arrival.RTTUs*1000), f.next)
+		m.sim.Schedule(ns(f.spec.Arrival.RTTUs*1000)+off, f.next)
 	}
 }
 
@@ -670,6 +693,12 @@ func (m *Model) startFlow(f *flow) {
 		for i := 0; i < a.Window; i++ {
 			m.sim.At(start, f.next)
 		}
+	case "const":
+		if a.Pacer != nil {
+			m.startPaced(f, start)
+			return
+		}
+		fallthrough
 	default:
 		gap := 1e9 / a.RatePps
 		f.on = true
@@ -708,6 +737,42 @@ func (m *Model) startFlow(f *flow) {
 		}
 		m.sim.At(start, f.next)
 	}
+}
+
+// startPaced runs a const flow's paced sender (Arrival.Pacer) as the
+// bench's pacer does: slot n is due at start + n x batch/rate; after
+// sending a slot, a sender ahead of the next deadline sleeps until it and
+// wakes a drawn lateness later; a sender behind sends at once; on waking,
+// slots more than max_lag packets behind are skipped.
+func (m *Model) startPaced(f *flow, start int64) {
+	a := &f.spec.Arrival
+	batch := max(a.Batch, 1)
+	gap := 1e9 * float64(batch) / a.RatePps
+	lag := int64(a.Pacer.MaxLag / batch)
+	late := a.Pacer.LateUs
+	var n int64 // the next slot
+	f.on = true
+	f.next = func() {
+		for {
+			now := m.sim.Now()
+			if cur := int64(float64(now-start) / gap); cur > n+lag {
+				n = cur - lag
+			}
+			n++
+			for i := 0; i < batch && (a.Count == 0 || f.sent < a.Count); i++ {
+				f.sent++
+				m.nicRx(m.newPacket(f))
+			}
+			if a.Count > 0 && f.sent >= a.Count {
+				return
+			}
+			if due := start + int64(math.Round(float64(n)*gap)); now < due {
+				m.sim.At(due+ns(late[m.rng.IntN(len(late))]*1000), f.next)
+				return
+			}
+		}
+	}
+	m.sim.At(start, f.next)
 }
 
 // nicRx is a packet arriving at the NIC: DMA to its Rx ring, IRQ if the
@@ -842,7 +907,54 @@ func (c *cpu) raiseIRQ(n *napi, ipi bool) {
 	c.startISR(n, ipi)
 }
 
+// stallMark in irqQ / isrN is a stall (Kernel.Stalls), not an IRQ.
+var stallMark = &napi{name: "stall"}
+
+// startStalls schedules each stalled CPU's Poisson process of stalls.
+func (m *Model) startStalls() {
+	st := m.sc.Kernel.Stalls
+	if st == nil {
+		return
+	}
+	// the gap from a stall's end to the next one's start is exponential,
+	// with the mean that makes per_s stalls a second: stalls do not
+	// overlap (what a stall probe measures is one whole gap)
+	var sum float64
+	for _, v := range st.Us {
+		sum += v * 1000
+	}
+	mean := 1e9/st.PerS - sum/float64(len(st.Us))
+	for _, ci := range st.CPUs {
+		c := m.cpus[ci]
+		var next func()
+		next = func() {
+			d := ns(st.Us[m.rng.IntN(len(st.Us))] * 1000)
+			c.raiseStall(d)
+			m.sim.Schedule(d+int64(m.rng.ExpFloat64()*mean)+1, next)
+		}
+		m.sim.At(int64(m.rng.ExpFloat64()*mean), next)
+	}
+}
+
+// raiseStall takes the CPU away for d ns: at once, unless a hard IRQ
+// runs (then right after it, in order with the pending IRQs).
+func (c *cpu) raiseStall(d int64) {
+	c.stallQ = append(c.stallQ, d)
+	if c.slots[lvlIRQ].active {
+		c.irqQ = append(c.irqQ, stallMark)
+		return
+	}
+	c.startISR(stallMark, false)
+}
+
 func (c *cpu) startISR(n *napi, ipi bool) {
+	if n == stallMark {
+		c.isrN, c.isIPI = n, false
+		d := c.stallQ[0]
+		c.stallQ = c.stallQ[1:]
+		c.start(lvlIRQ, d, kStall)
+		return
+	}
 	c.isrN, c.isIPI = n, ipi
 	cost := c.m.isrNs
 	if ipi {
@@ -857,7 +969,7 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 }
 
 func (c *cpu) isrDone() {
-	if n := c.isrN; n != nil && !c.isIPI {
+	if n := c.isrN; n != nil && n != stallMark && !c.isIPI {
 		// napi_schedule from the driver's ISR
 		if !n.sched {
 			n.sched = true

@@ -19,6 +19,7 @@ func (m *Model) Run() *Result {
 		m.startFlow(f)
 	}
 	m.steer.start()
+	m.startStalls()
 	m.sim.RunUntil(m.warm)
 	for _, c := range m.cpus {
 		c.acct0 = c.acct

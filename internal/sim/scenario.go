@@ -71,6 +71,23 @@ type Kernel struct {
 	// busier the CPU is. 0 by default.
 	WakeNs           float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
 	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
+	// Stalls take CPUs away from the guest now and then (nil: never).
+	Stalls *Stalls `yaml:"stalls" json:"stalls,omitempty"`
+}
+
+// Stalls are the moments a CPU runs nothing of the model's: the
+// hypervisor's exits and the host's work on a VM, SMIs, a CPU's own
+// interrupts that no stage accounts for. They come as a Poisson process
+// of PerS a second per CPU (the gap from one's end to the next one's
+// start is exponential: they never overlap), each lasting one of Us
+// (equally likely: an empirical distribution, e.g. what scripts/spingap
+// measures on a CPU), and preempt everything on the CPU (hard IRQs wait). Their time is
+// counted as neither busy nor idle work of the guest: it shows in no
+// CPU share (as steal time). CPUs: the CPUs they hit (default all).
+type Stalls struct {
+	PerS float64   `yaml:"per_s" json:"per_s"`
+	Us   []float64 `yaml:"us" json:"us"`
+	CPUs []int     `yaml:"cpus" json:"cpus,omitempty"`
 }
 
 // NIC describes the physical NICs and their Rx rings.
@@ -214,6 +231,21 @@ type Arrival struct {
 	// every Batch/rate_pps (a generator that sends with sendmmsg, like
 	// the bench's injector: 16); 0 or 1: one at a time.
 	Batch int `yaml:"batch" json:"batch,omitempty"`
+	// Pacer makes a const flow's sender a paced thread that wakes late
+	// (nil: every batch leaves on schedule).
+	Pacer *Pacer `yaml:"pacer" json:"pacer,omitempty"`
+}
+
+// Pacer is a sender like the bench's injector (internal/bench/pace.go):
+// it sleeps until its next batch's deadline and wakes LateUs later (one
+// of the listed values, equally likely: an empirical distribution, e.g.
+// measured by scripts/pacelat on the sender's CPU under load); a sender
+// that is behind sends its next batch at once, so the batches it missed
+// leave back to back (a catch-up burst), up to MaxLag packets behind its
+// schedule; older slots are skipped (never sent).
+type Pacer struct {
+	LateUs []float64 `yaml:"late_us" json:"late_us"`
+	MaxLag int       `yaml:"max_lag" json:"max_lag"` // packets [128]
 }
 
 // FlowSpec is one flow.
@@ -232,6 +264,21 @@ type FlowSpec struct {
 	// stock kernel: tc at the wire hands the packet to the socket in the
 	// same call; the poll order is the vanilla kernel's).
 	Inline bool `yaml:"inline" json:"inline,omitempty"`
+	// Offpath is the part of each packet's latency outside the modelled
+	// path: for a request/response flow, the request's send path, the
+	// reply's way back and the client's and server's wake-ups. nil: none.
+	Offpath *Offpath `yaml:"offpath" json:"offpath,omitempty"`
+}
+
+// Offpath is a lognormal latency given by its median and 99th
+// percentile (sigma = ln(p99/p50) / z_0.99; p99 = p50: a constant). It is
+// drawn once per delivered packet and added to its recorded latency; it
+// is not time in the system (the packet has left the model), so Little's
+// law and stage delays do not see it. A closed flow's next request also
+// waits for it (the reply is on its way back).
+type Offpath struct {
+	P50Us float64 `yaml:"p50_us" json:"p50_us"`
+	P99Us float64 `yaml:"p99_us" json:"p99_us"`
 }
 
 // TraceSpec turns on the poll-order trace.
@@ -447,6 +494,29 @@ func (s *Scenario) normalizeKernel() error {
 	}
 	if k.Budget < 1 || k.Weight < 1 || k.MaxBacklog < 1 || k.RestartLimit < 1 || k.BudgetUsecs < 0 {
 		return fmt.Errorf("kernel: netdev_budget, weight, netdev_max_backlog, softirq_restart must be >= 1")
+	}
+	if st := k.Stalls; st != nil {
+		if !(st.PerS > 0) || math.IsInf(st.PerS, 0) || len(st.Us) == 0 {
+			return fmt.Errorf("kernel.stalls: want per_s > 0 and at least one duration in us")
+		}
+		var sum float64
+		for i, v := range st.Us {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("kernel.stalls.us[%d]: must be >= 0", i)
+			}
+			sum += v
+		}
+		if st.PerS*sum/float64(len(st.Us)) >= 1e6 {
+			return fmt.Errorf("kernel.stalls: per_s x the mean duration must be below 1 s a second")
+		}
+		if len(st.CPUs) == 0 {
+			for i := 0; i < s.CPUs; i++ {
+				st.CPUs = append(st.CPUs, i)
+			}
+		}
+		if err := checkCPUs("kernel.stalls.cpus", st.CPUs, s.CPUs); err != nil {
+			return err
+		}
 	}
 	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs, "wake_ns": k.WakeNs} {
 		if v < 0 {
@@ -779,6 +849,9 @@ func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 		if err := checkArrival(f, x); err != nil {
 			return err
 		}
+		if o := x.Offpath; o != nil && (!(o.P50Us > 0) || !(o.P99Us >= o.P50Us) || math.IsInf(o.P99Us, 0)) {
+			return fmt.Errorf("%s.offpath: want 0 < p50_us <= p99_us (got %g, %g)", f, o.P50Us, o.P99Us)
+		}
 	}
 	return nil
 }
@@ -789,6 +862,25 @@ func checkArrival(f string, x *FlowSpec) error {
 	a := &x.Arrival
 	if a.Batch < 0 || (a.Batch > 1 && a.Type != "const") {
 		return fmt.Errorf("%s.arrival.batch: must be >= 0, and only const arrivals come in batches", f)
+	}
+	if p := a.Pacer; p != nil {
+		if a.Type != "const" {
+			return fmt.Errorf("%s.arrival.pacer: only const arrivals are paced", f)
+		}
+		if len(p.LateUs) == 0 {
+			return fmt.Errorf("%s.arrival.pacer.late_us: at least one value (us)", f)
+		}
+		for i, v := range p.LateUs {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("%s.arrival.pacer.late_us[%d]: must be >= 0", f, i)
+			}
+		}
+		if p.MaxLag == 0 {
+			p.MaxLag = 128
+		}
+		if p.MaxLag < 0 {
+			return fmt.Errorf("%s.arrival.pacer.max_lag: must be >= 0 packets", f)
+		}
 	}
 	switch a.Type {
 	case "const", "poisson", "onoff":

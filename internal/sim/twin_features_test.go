@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +80,113 @@ func TestLoadAppAndWake(t *testing.T) {
 	}
 	if lat := r.Flows[0].Latency.P50; math.Abs(lat-6) > 0.1 {
 		t.Errorf("wake: latency %.2f us, want 6 (wake, then the stage)", lat)
+	}
+}
+
+// TestOffpathLatency: a flow's offpath adds a lognormal with the given
+// median and p99 to each packet's latency (here on top of a constant 1 us
+// path), is not counted as wait in the model, and delays a closed flow's
+// next request; without it the flow's latency is the path alone.
+func TestOffpathLatency(t *testing.T) {
+	sc := twinBase()
+	sc.DurationMs = 2000
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Offpath: &Offpath{P50Us: 40, P99Us: 80},
+		Arrival: Arrival{Type: "const", RatePps: 20000}}}
+	r := mustRun(t, sc)
+	f := r.Flows[0]
+	// 40 000 samples: the p50 and p99 of 1 + lognormal(40, 80), within the
+	// histogram's resolution and the sample's noise (a few %)
+	if math.Abs(f.Latency.P50-41)/41 > 0.03 || math.Abs(f.Latency.P99-81)/81 > 0.05 {
+		t.Errorf("latency p50 %.2f p99 %.2f us, want ~41 and ~81", f.Latency.P50, f.Latency.P99)
+	}
+	if f.MeanWaitUs > 0.01 {
+		t.Errorf("mean wait %.3f us: the offpath is not the model's wait", f.MeanWaitUs)
+	}
+	if r.Little.RelErr > 0.01 {
+		t.Errorf("Little's law off by %.3f: the offpath must not count as time in the system", r.Little.RelErr)
+	}
+	// a closed flow (window 1, rtt 0) with a constant offpath of 99 us
+	// sends one request per 1 + 99 us
+	sc = twinBase()
+	sc.Apps = []AppSpec{{Name: "echo", Cost: Cost{Ns: 0}}}
+	sc.Flows = []FlowSpec{{Name: "c", Path: []string{"wire"}, App: "echo", Offpath: &Offpath{P50Us: 99, P99Us: 99},
+		Arrival: Arrival{Type: "closed"}}}
+	r = mustRun(t, sc)
+	if s := r.Flows[0].Sent; s < 990 || s > 1001 {
+		t.Errorf("closed flow sent %d in 100 ms, want ~1000 (one per 100 us)", s)
+	}
+	for _, bad := range []Offpath{{P50Us: 0, P99Us: 1}, {P50Us: 50, P99Us: 40}, {P50Us: math.NaN(), P99Us: 1}} {
+		sc = twinBase()
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Offpath: &bad, Arrival: Arrival{Type: "const", RatePps: 1000}}}
+		if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "flows[0].offpath") {
+			t.Errorf("offpath %+v: error %v, want one naming flows[0].offpath", bad, err)
+		}
+	}
+}
+
+// TestPacedSender: a paced const flow (arrival.pacer) that always wakes
+// on time sends as the unpaced flow does; one that wakes 2.5 slots late
+// sends the slots it missed back to back (bursts of 3 batches, same
+// rate); one whose lateness exceeds max_lag skips the older slots.
+func TestPacedSender(t *testing.T) {
+	run := func(p *Pacer) FlowResult {
+		sc := twinBase()
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 10000, Batch: 16, Pacer: p}}}
+		return mustRun(t, sc).Flows[0]
+	}
+	plain := run(nil)
+	onTime := run(&Pacer{LateUs: []float64{0}})
+	if onTime.Sent != plain.Sent || onTime.Latency != plain.Latency {
+		t.Errorf("on time: sent %d latency %+v, unpaced %d %+v", onTime.Sent, onTime.Latency, plain.Sent, plain.Latency)
+	}
+	// slot 1.6 ms; waking 4 ms late: slots 1-3 at 5.6 ms, 4-6 at 10.4 ms, ...
+	late := run(&Pacer{LateUs: []float64{4000}})
+	if late.Sent != 16+20*48 { // slot 0, then 20 bursts by 100 ms
+		t.Errorf("late: sent %d, want 976 (the rate kept)", late.Sent)
+	}
+	if math.Abs(late.Latency.Max-48) > 0.1 {
+		t.Errorf("late: max latency %.1f us, want 48 (3 batches of 16 back to back)", late.Latency.Max)
+	}
+	// 32 ms late with max_lag 32 (2 slots): at 33.6 ms slots 19-21 go, the
+	// 17 before them are skipped; every 21 slots, 3 are sent
+	skip := run(&Pacer{LateUs: []float64{32000}, MaxLag: 32})
+	if want := 16 * 3 * 3; skip.Sent < int64(want)-48 || skip.Sent > int64(want)+48 {
+		t.Errorf("skipping: sent %d in 100 ms, want ~%d", skip.Sent, want)
+	}
+	sc := twinBase()
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "poisson", RatePps: 1000, Pacer: &Pacer{LateUs: []float64{1}}}}}
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "flows[0].arrival.pacer") {
+		t.Errorf("pacer on a poisson flow: %v", err)
+	}
+}
+
+// TestStalls: stalls of 100 us, 1000 a second, take 10% of the receive
+// CPU away: a packet arriving in one waits for its end (on average 5 us
+// more), the CPU's shares do not show them, and a CPU they are not
+// configured for never stalls.
+func TestStalls(t *testing.T) {
+	sc := twinBase()
+	sc.DurationMs = 2000
+	sc.Kernel.Stalls = &Stalls{PerS: 1000, Us: []float64{100}, CPUs: []int{1}}
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 10000}}}
+	r := mustRun(t, sc)
+	f := r.Flows[0]
+	// (max: a packet can meet two stalls, the second starting right
+	// after the first)
+	if math.Abs(f.Latency.Mean-6) > 0.5 || f.Latency.Max < 95 || f.Latency.Max > 202 {
+		t.Errorf("latency mean %.2f max %.1f us, want ~6 (1 + 10%% x 50) and 101-201", f.Latency.Mean, f.Latency.Max)
+	}
+	if busy := 1 - r.CPUs[1].Idle; math.Abs(busy-0.01) > 0.001 {
+		t.Errorf("CPU 1 busy %.4f, want 0.01 (the packets alone)", busy)
+	}
+	sc.Kernel.Stalls.CPUs = []int{0}
+	if r := mustRun(t, sc); r.Flows[0].Latency.Max > 1.01 {
+		t.Errorf("stalls on CPU 0 delayed CPU 1's packets: max %.2f us", r.Flows[0].Latency.Max)
+	}
+	sc = twinBase()
+	sc.Kernel.Stalls = &Stalls{PerS: 0, Us: []float64{1}}
+	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 1000}}}
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "kernel.stalls") {
+		t.Errorf("stalls with per_s 0: %v", err)
 	}
 }

@@ -46,8 +46,9 @@ type Row struct {
 	Prediction Prediction    `json:"prediction"`
 	Measured   *MeasuredCase `json:"measured,omitempty"`
 	Checks     []Check       `json:"checks,omitempty"`
-	// Calibration marks the case the node was calibrated on (its p50
-	// is the base RTT's reference): not counted in the goals.
+	// Calibration marks a case the node was calibrated on (the
+	// calibration rate's vanilla case, the idle vanilla case the offpath
+	// comes from): not counted in the goals.
 	Calibration bool `json:"calibration,omitempty"`
 }
 
@@ -88,7 +89,10 @@ func Validate(n *Node, m *Measured) (*Validation, error) {
 			return nil, err
 		}
 		row := Beside(p, &mc)
-		row.Calibration = mc.Bench == BenchLatency && mc.Mode == ModeVanilla && mc.RatePPS == n.CalibRatePPS
+		// the calibration's cases: vanilla at the calibration rate (CPU
+		// time per packet) and, when the offpath came from it, vanilla
+		// idle (its p50 and p99)
+		row.Calibration = mc.Bench == BenchLatency && mc.Mode == ModeVanilla && (mc.RatePPS == n.CalibRatePPS || (mc.RatePPS == 0 && n.OffpathFromIdle))
 		v.Rows = append(v.Rows, row)
 	}
 	v.Ranks = ranks(v.Rows)

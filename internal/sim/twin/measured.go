@@ -208,6 +208,12 @@ func (m *Measured) Find(c Case) (MeasuredCase, bool) {
 // the same run). Nothing else is fitted: every other case is predicted
 // from this.
 func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error) {
+	return CalibrateWith(tracePath, calib, rate, Extras{})
+}
+
+// CalibrateWith is Calibrate with the micro-benchmarks' inputs (Extras),
+// modelled before anything is fitted.
+func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras) (*Node, error) {
 	if len(calib) == 0 {
 		return nil, fmt.Errorf("%w: no calibration measurement", ErrInput)
 	}
@@ -253,6 +259,16 @@ func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error)
 		return nil, fmt.Errorf("%w: the calibration run has the receive and application CPU both %d; the twin models the nic layout (two CPUs)", ErrInput, n.RxCPU)
 	}
 	n.CPUs = max(n.RxCPU, n.AppCPU) + 1
+	if ex.Stalls != "" {
+		if err := n.UseStalls(ex.Stalls); err != nil {
+			return nil, err
+		}
+	}
+	if ex.Pacer != "" {
+		if err := n.UsePacer(ex.Pacer); err != nil {
+			return nil, err
+		}
+	}
 	// the application CPU's time per background packet: its busy time
 	// under load minus idle, in the first file that has both for vanilla
 	// (the calibration case's file first)
@@ -288,7 +304,7 @@ func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error)
 	// and per idle request (wake-up plus the request's own path)
 	s := 1.0
 	for i := 0; i < 4; i++ {
-		_, us, err := n.rawLatency(rate, s)
+		_, _, us, err := n.rawLatency(rate, s)
 		if err != nil {
 			return nil, err
 		}
@@ -303,15 +319,37 @@ func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error)
 		}
 	}
 	n.Scale = math.Round(s*1000) / 1000
-	p50, _, err := n.rawLatency(rate, n.Scale)
-	if err != nil {
-		return nil, err
+	// the round trip outside the receive path: from the idle vanilla
+	// case of the calibration file (nothing else on the CPUs, so its
+	// spread is the send path's, the reply's and the wake-ups'), else a
+	// constant from the calibration case's p50
+	var baseNote string
+	if idle, ok := src.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1}); ok && idle.P50Us != nil && idle.P99Us != nil {
+		p50, p99, _, err := n.rawLatency(0, n.Scale)
+		if err != nil {
+			return nil, err
+		}
+		n.BaseRTTUs = round1(idle.P50Us.Median - p50)
+		n.BaseRTTP99Us = round1(math.Max(n.BaseRTTUs, idle.P99Us.Median-p99))
+		n.OffpathFromIdle = true
+		baseNote = fmt.Sprintf("round trip outside the receive path: lognormal, p50 %.1f us, p99 %.1f us: the idle vanilla case's measured p50 %.1f and p99 %.1f us minus the model's receive latency %.1f and %.1f us (%s)",
+			n.BaseRTTUs, n.BaseRTTP99Us, idle.P50Us.Median, idle.P99Us.Median, p50, p99, src.Source)
+	} else {
+		p50, _, _, err := n.rawLatency(rate, n.Scale)
+		if err != nil {
+			return nil, err
+		}
+		n.BaseRTTUs = round1(van.P50Us.Median - p50)
+		n.BaseRTTP99Us = n.BaseRTTUs
+		baseNote = fmt.Sprintf("base RTT %.1f us (constant: no idle case with p50 and p99): measured p50 %.1f us minus the model's receive latency %.1f us at %.0f kpps", n.BaseRTTUs, van.P50Us.Median, p50, rate/1e3)
 	}
-	n.BaseRTTUs = round1(van.P50Us.Median - p50)
+	if n.BaseRTTUs <= 0 {
+		return nil, fmt.Errorf("%w: the measured round trip (%.1f us) is shorter than the model's receive path: the calibration case and the trace do not describe the same node", ErrInput, n.BaseRTTUs)
+	}
 	n.Notes = append(n.Notes,
 		fmt.Sprintf("stage costs: trace %s (%s on CPU %d: wire %s, gro %s, backlog %s)", tracePath, tc.Wire.Device, tc.Wire.CPU, tc.Wire.Method, tc.GRO.Method, tc.Backlog.Method),
 		fmt.Sprintf("scale %.3f: untraced receive CPU %.2f us per packet at %.0f kpps (%s)", n.Scale, van.RxUsPerPkt.Median, rate/1e3, src.Source),
-		fmt.Sprintf("base RTT %.1f us: measured p50 %.1f us minus the model's receive latency %.1f us at %.0f kpps", n.BaseRTTUs, van.P50Us.Median, p50, rate/1e3),
+		baseNote,
 		fmt.Sprintf("application CPU %d: %.0f ns per background packet: %s", n.AppCPU, n.AppNsPerPkt, appNote),
 		wakeNote,
 		"IPI 500 ns: not measured (falcon-vm.yaml's assumption)")

@@ -48,10 +48,16 @@ type Node struct {
 	// at the calibration load (generator + sink; prober and echo server
 	// included), charged to the sink in the model.
 	AppNsPerPkt float64 `json:"app_ns_per_pkt"`
-	// BaseRTTUs: the round trip outside the modelled receive path
-	// (sender, echo server, reply path), measured p50 minus the model's
-	// receive latency p50 at the calibration load.
-	BaseRTTUs float64 `json:"base_rtt_us"`
+	// BaseRTTUs, BaseRTTP99Us: the round trip outside the modelled
+	// receive path (the prober's send path, the echo server, the reply's
+	// way back, the wake-ups of both), a lognormal by its median and 99th
+	// percentile (sim's flow offpath): measured p50 and p99 of the idle
+	// vanilla case minus the model's receive latency p50 and p99 there
+	// (OffpathFromIdle). Without an idle case: the calibration case's p50
+	// minus the model's, a constant (BaseRTTP99Us = BaseRTTUs).
+	BaseRTTUs       float64 `json:"base_rtt_us"`
+	BaseRTTP99Us    float64 `json:"base_rtt_p99_us"`
+	OffpathFromIdle bool    `json:"offpath_from_idle,omitempty"`
 	// LaneSyncNs, LaneQueueNs: extra wire-stage time per packet with the
 	// sync lane's tc program or the queue lane's XDP program (the veth's
 	// skb-to-XDP copy) attached: the receive-CPU time per packet of that
@@ -62,6 +68,11 @@ type Node struct {
 	// NAPI kthread's wake-up): its busy time per request at idle minus
 	// the request's receive path in the model.
 	WakeNs float64 `json:"wake_ns"`
+	// Stalls: the receive CPU's stalls (UseStalls); nil: none.
+	Stalls *sim.Stalls `json:"stalls,omitempty"`
+	// PacerLateUs: the generator's wake-up lateness (equally likely
+	// values, us; UsePacer); nil: the background leaves on schedule.
+	PacerLateUs []float64 `json:"pacer_late_us,omitempty"`
 	// IPINs: the cost of a cross-CPU stage hop's IPI (not traced; the
 	// falcon-vm.yaml assumption).
 	IPINs float64 `json:"ipi_ns"`
@@ -79,6 +90,16 @@ type Case struct {
 	Flows int `json:"flows"`
 	// CPUs: 0 = the node's.
 	CPUs int `json:"cpus"`
+	// NIC models a node with a NIC instead of the testbed's veth wire
+	// (PREDICTION, not validated): RSS spreads the flows over every CPU
+	// but the application CPU, each receive CPU polls its own 1024-entry
+	// ring in driver NAPI; the generator is off the node (no load on the
+	// application CPU, batches of the node's batch size on schedule); the
+	// queue lane pays no veth skb-to-XDP copy; RatePPS is the background
+	// offered to EACH receive CPU, in Flows flows per receive CPU; the
+	// request's latency is the receive path only (the testbed's round
+	// trip outside it is not this node's).
+	NIC bool `json:"nic,omitempty"`
 }
 
 // Prediction is what the model says the bench measures in one case.
@@ -97,6 +118,18 @@ type Prediction struct {
 	// steered placement (steer modes).
 	SteeredFraction *float64 `json:"steered_fraction,omitempty"`
 }
+
+// nicRingSize: a NIC node's Rx ring (a common driver default; the
+// testbed's wire is veth's 256-entry ptr_ring).
+const nicRingSize = 1024
+
+// nicRequestHash: the request's flow hash on a NIC node (fixed, so that
+// every mode and core count puts it on the same share of the flood).
+const nicRequestHash = uint32(0x6b43a9b5)
+
+// injectMaxLag is the injector's largest catch-up burst, in packets
+// (internal/bench/inject.go's injectMaxLag).
+const injectMaxLag = 128
 
 // Simulated time per prediction: long enough for ~1600 requests at the
 // bench's 2000/s (a p99 from 16 samples above it).
@@ -148,6 +181,9 @@ func (c *Case) Validate() error {
 	if c.CPUs < 0 || c.CPUs == 1 || c.CPUs > 64 {
 		return fmt.Errorf("%w: cpus %d: want 2 to 64 (0: the node's)", ErrInput, c.CPUs)
 	}
+	if c.NIC && c.Bench != BenchLatency {
+		return fmt.Errorf("%w: --nic models the latency bench's lanes on a NIC node (mode vanilla, lanes-sync or lanes-queue)", ErrInput)
+	}
 	return nil
 }
 
@@ -174,7 +210,19 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	case ModeLanesSync:
 		wireNs += n.LaneSyncNs
 	case ModeLanesQueue:
-		wireNs += n.LaneQueueNs
+		if !c.NIC {
+			// the veth's skb-to-XDP copy; a NIC runs XDP on its own buffers
+			wireNs += n.LaneQueueNs
+		}
+	}
+	rss, ring := []int{rx}, n.RingSize
+	if c.NIC {
+		rss, ring = nil, nicRingSize
+		for i := 0; i < cpus; i++ {
+			if i != app {
+				rss = append(rss, i)
+			}
+		}
 	}
 	// one poll_ns for all stages: the kernel's per-poll overhead, the
 	// sample-weighted mean of the fitted ones (as sim's calibrate_from)
@@ -191,7 +239,7 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		WarmupMs:    warmMs,
 		CPUs:        cpus,
 		Kernel:      sim.Kernel{ISRNs: 0, IPINs: n.IPINs, WakeNs: n.WakeNs, PollNs: round1(scale * pn / math.Max(pw, 1))},
-		NIC:         sim.NIC{RSSCPUs: []int{rx}, RingSize: n.RingSize},
+		NIC:         sim.NIC{RSSCPUs: rss, RingSize: ring},
 		Stages: []sim.StageSpec{
 			{Name: "wire", Kind: "nic", Cost: sim.Cost{Ns: round1(wireNs)}},
 			{Name: "vxlan", Kind: "gro", Cost: sim.Cost{Ns: round1(scale * tr.GRO.PerPacketNs)}},
@@ -203,7 +251,18 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	// it is given), so delivered counts what reached it; its own CPU time
 	// is in the generator's
 	sc.Apps = []sim.AppSpec{{Name: "sink", CPU: &appCPU, Cost: sim.Cost{Ns: 1}, SocketLimit: 1 << 22}}
-	if c.RatePPS > 0 {
+	if c.RatePPS > 0 && c.NIC {
+		// an off-node generator: on schedule, in its batches, Flows flows
+		// per receive CPU at RatePPS per receive CPU (RSS spreads them by
+		// hash, so some CPUs get more than others)
+		nf := c.Flows * len(rss)
+		rate := c.RatePPS * float64(len(rss)) / float64(nf)
+		for i := 0; i < nf; i++ {
+			h := uint32(0x2545f491) + uint32(i)*0x9E3779B9
+			sc.Flows = append(sc.Flows, sim.FlowSpec{Name: fmt.Sprintf("background%d", i), Lane: "low", Path: []string{"wire", "vxlan", "veth"}, App: "sink", Size: 64, Hash: &h,
+				Arrival: sim.Arrival{Type: "const", RatePps: rate, Batch: n.Batch, StartUs: float64(i) * 1e6 / (rate * float64(nf))}})
+		}
+	} else if c.RatePPS > 0 {
 		// the generator and the sink: their application-CPU time per
 		// background packet, as a load on the application CPU in
 		// per-packet chunks (which of it is non-preemptible is not
@@ -219,14 +278,28 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 			h := uint32(0x2545f491) + uint32(i)*0x9E3779B9
 			sc.Flows = append(sc.Flows, sim.FlowSpec{Name: name, Lane: "low", Path: []string{"wire", "vxlan", "veth"}, App: "sink", Size: 64, Hash: &h,
 				Arrival: sim.Arrival{Type: "const", RatePps: rate, Batch: n.Batch, StartUs: float64(i) * 1e6 / c.RatePPS}})
+			if n.PacerLateUs != nil && !c.NIC {
+				// one injector sends every flow (round robin); each flow's
+				// pacer draws its own lateness, which for one flow (the
+				// validated case) is the injector's
+				sc.Flows[len(sc.Flows)-1].Arrival.Pacer = &sim.Pacer{LateUs: n.PacerLateUs, MaxLag: injectMaxLag}
+			}
 		}
 	}
 	if c.Bench == BenchLatency {
 		echo := app
-		// the echo server's own cost is in BaseRTTUs; 1 ns keeps it a thread
+		// the echo server's own cost is in the offpath; 1 ns keeps it a thread
 		sc.Apps = append(sc.Apps, sim.AppSpec{Name: "echo", CPU: &echo, Cost: sim.Cost{Ns: 1}, SocketLimit: 1024})
 		hi := sim.FlowSpec{Name: "request", Lane: "high", Path: []string{"wire", "vxlan", "veth"}, App: "echo", Size: 64,
 			Arrival: sim.Arrival{Type: "poisson", RatePps: probeRate}}
+		if c.NIC {
+			// the request hashes to one receive CPU, among the flood's
+			h := nicRequestHash
+			hi.Hash = &h
+		}
+		if n.BaseRTTUs > 0 && !c.NIC {
+			hi.Offpath = &sim.Offpath{P50Us: n.BaseRTTUs, P99Us: math.Max(n.BaseRTTUs, n.BaseRTTP99Us)}
+		}
 		switch c.Mode {
 		case ModeLanesSync:
 			// tc at the wire decapsulates and hands the request to the
@@ -244,6 +317,12 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	}
 	if c.Mode == ModeSteerStatic || c.Mode == ModeSteerDynamic {
 		sc.Steering = sim.Steering{Mode: "falcon", Static: c.Mode == ModeSteerStatic, Loop: &sim.LoopSpec{}}
+	}
+	if n.Stalls != nil && !c.NIC {
+		// this VM's receive CPU (a NIC node is not this VM)
+		st := *n.Stalls
+		st.CPUs = []int{rx}
+		sc.Kernel.Stalls = &st
 	}
 	if err := sc.Normalize(); err != nil {
 		return nil, fmt.Errorf("twin scenario: %w", err)
@@ -270,8 +349,9 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 	for _, f := range r.Flows {
 		switch f.Name {
 		case "request":
-			p.P50Us = f.Latency.P50 + n.BaseRTTUs
-			p.P99Us = f.Latency.P99 + n.BaseRTTUs
+			// the offpath (base round trip) is in the flow's latency
+			p.P50Us = f.Latency.P50
+			p.P99Us = f.Latency.P99
 			p.HighLost = f.Dropped
 		default:
 			// packets that reached the sink's socket (sent in the window
@@ -280,16 +360,22 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 		}
 	}
 	p.DeliveredPPS = bgDelivered
+	rxCPU := n.RxCPU
+	if c.NIC {
+		// the receive CPU the request hashes to (reciprocal_scale)
+		rss := sc.NIC.RSSCPUs
+		rxCPU = rss[int((uint64(nicRequestHash)*uint64(len(rss)))>>32)]
+	}
 	for _, cr := range r.CPUs {
 		busy := 100 * (1 - cr.Idle)
 		switch cr.ID {
-		case n.RxCPU:
+		case rxCPU:
 			p.RxBusyPct = busy
 		case n.AppCPU:
 			p.AppBusyPct = busy
 		}
 	}
-	if bgDelivered > 0 {
+	if bgDelivered > 0 && !c.NIC {
 		p.RxUsPerPkt = p.RxBusyPct / 100 / bgDelivered * 1e6
 	}
 	if r.Loop != nil {
@@ -299,12 +385,13 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 	return p, nil
 }
 
-// rawLatencyP50 is the model's receive latency p50 of the request (no
-// base) at rate on node n with the given scale.
-func (n *Node) rawLatency(rate, scale float64) (p50 float64, rxUsPerPkt float64, err error) {
-	base := n.BaseRTTUs
-	n.BaseRTTUs = 0
-	defer func() { n.BaseRTTUs = base }()
+// rawLatency is the model's receive latency p50 and p99 of the request
+// (no offpath) and the receive-CPU time per background packet at rate on
+// node n with the given scale.
+func (n *Node) rawLatency(rate, scale float64) (p50, p99, rxUsPerPkt float64, err error) {
+	base, b99 := n.BaseRTTUs, n.BaseRTTP99Us
+	n.BaseRTTUs, n.BaseRTTP99Us = 0, 0
+	defer func() { n.BaseRTTUs, n.BaseRTTP99Us = base, b99 }()
 	p, err := n.predict(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: rate, Flows: 1}, scale)
-	return p.P50Us, p.RxUsPerPkt, err
+	return p.P50Us, p.P99Us, p.RxUsPerPkt, err
 }

@@ -1,0 +1,107 @@
+package twin
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+
+	"github.com/rxlane/rxlane/internal/sim"
+)
+
+// PacerFormat marks the file scripts/pacelat writes (--json).
+const PacerFormat = "rxlane-pacelat/1"
+
+// pacerFile is scripts/pacelat's --json output.
+type pacerFile struct {
+	Format     string    `json:"format"`
+	Note       string    `json:"note"`
+	IntervalUs float64   `json:"interval_us"`
+	Samples    int       `json:"samples"`
+	LateUs     []float64 `json:"late_us"`
+}
+
+// stallFile is scripts/spingap's --json output.
+type stallFile struct {
+	Format      string    `json:"format"`
+	Note        string    `json:"note"`
+	Seconds     float64   `json:"seconds"`
+	ThresholdUs float64   `json:"threshold_us"`
+	Gaps        int       `json:"gaps"`
+	PerS        float64   `json:"per_s"`
+	Us          []float64 `json:"us"`
+}
+
+// StallFormat marks the file scripts/spingap writes (--json).
+const StallFormat = "rxlane-spingap/1"
+
+// Extras are the node's optional micro-benchmark inputs; Calibrate
+// models them before it fits anything, so the fit sees them too.
+type Extras struct {
+	// Pacer: scripts/pacelat's file (UsePacer).
+	Pacer string
+	// Stalls: scripts/spingap's file (UseStalls).
+	Stalls string
+}
+
+// UseStalls takes the receive CPU away as scripts/spingap measured it
+// there (a SCHED_FIFO spinner, as the wire's NAPI thread, with no
+// traffic): sim's kernel.stalls on the receive CPU.
+func (n *Node) UseStalls(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: read stalls file: %w", ErrInput, err)
+	}
+	var f stallFile
+	if err := json.Unmarshal(b, &f); err != nil || f.Format != StallFormat {
+		return fmt.Errorf("%w: stalls file %s is not a 'spingap --json' report (format %q)", ErrInput, path, StallFormat)
+	}
+	st := &sim.Stalls{PerS: f.PerS, Us: f.Us, CPUs: []int{n.RxCPU}}
+	probe := sim.Scenario{DurationMs: 1, CPUs: n.CPUs, Kernel: sim.Kernel{Stalls: st}, Stages: []sim.StageSpec{{Name: "w", Kind: "nic"}},
+		Flows: []sim.FlowSpec{{Name: "f", Path: []string{"w"}, Arrival: sim.Arrival{Type: "burst", Count: 1}}}}
+	if err := probe.Normalize(); err != nil || len(f.Us) == 0 {
+		return fmt.Errorf("%w: stalls file %s: %v (%d durations)", ErrInput, path, err, len(f.Us))
+	}
+	n.Stalls = st
+	var sum float64
+	for _, v := range f.Us {
+		sum += v
+	}
+	s := append([]float64(nil), f.Us...)
+	sort.Float64s(s)
+	n.Notes = append(n.Notes, fmt.Sprintf("receive CPU stalls: %.0f a second (%d gaps > %.0f us in %.2f s), mean %.1f us, p99 %.0f us, %.2f%% of the time (%s)",
+		f.PerS, f.Gaps, f.ThresholdUs, f.Seconds, sum/float64(len(s)), s[int(0.99*float64(len(s)-1))], f.PerS*sum/float64(len(s))/1e4, f.Note))
+	return nil
+}
+
+// UsePacer gives the node's generator the wake-up lateness measured by
+// scripts/pacelat on the application CPU (scripts/twin-appcpu, at the
+// calibration load): the background then leaves in the injector's
+// catch-up bursts (sim's arrival.pacer, max_lag 128 as
+// internal/bench/inject.go) instead of on schedule.
+func (n *Node) UsePacer(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: read pacer file: %w", ErrInput, err)
+	}
+	var p pacerFile
+	if err := json.Unmarshal(b, &p); err != nil || p.Format != PacerFormat {
+		return fmt.Errorf("%w: pacer file %s is not a 'pacelat --json' report (format %q)", ErrInput, path, PacerFormat)
+	}
+	if len(p.LateUs) == 0 {
+		return fmt.Errorf("%w: pacer file %s has no lateness values", ErrInput, path)
+	}
+	for i, v := range p.LateUs {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: pacer file %s: late_us[%d] = %g, want >= 0", ErrInput, path, i, v)
+		}
+	}
+	s := append([]float64(nil), p.LateUs...)
+	sort.Float64s(s)
+	n.PacerLateUs = s
+	q := func(f float64) float64 { return s[int(f*float64(len(s)-1))] }
+	n.Notes = append(n.Notes, fmt.Sprintf("generator: paced, wakes late by p50 %.0f / p90 %.0f / p99 %.0f / max %.0f us (%d samples at a %.0f us interval; %s), catches up at most 128 packets back to back",
+		q(0.5), q(0.9), q(0.99), s[len(s)-1], p.Samples, p.IntervalUs, p.Note))
+	return nil
+}
