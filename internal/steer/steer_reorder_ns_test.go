@@ -264,6 +264,14 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 	// scripts/reorder-bench repeats each variant on one testbed
 	// (RXLANE_REORDER_REPS: the testbed's setup is most of a run).
 	reps, _ := strconv.Atoi(os.Getenv("RXLANE_REORDER_REPS"))
+	for _, k := range strings.Fields(os.Getenv("RXLANE_PARK_SKIP")) {
+		parkSkip[k] = true
+	}
+	defer clear(parkSkip)
+	if v, err := strconv.ParseUint(os.Getenv("RXLANE_SETTLE_NS"), 10, 32); err == nil {
+		defer func(old uint32) { settleNs = old }(settleNs)
+		settleNs = uint32(v)
+	}
 	for _, tc := range []struct {
 		name string
 		o    Options
@@ -684,6 +692,9 @@ func runLoopSwitches(t *testing.T, tb testbed.Config, o Options, state string, s
 		t.Fatalf("loop status: %v", err)
 	}
 	t.Logf("loop: %d switches, decisions %s", ls.Switches, ls.DecisionSummary())
+	if s, err := ReadStatus(state); err == nil {
+		t.Logf("loop: program counters %v", s.Counters)
+	}
 	if err := Disable(state); err != nil {
 		t.Fatal(err)
 	}

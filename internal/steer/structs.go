@@ -65,7 +65,8 @@ type (
 
 // settleNs gives the old CPU time to finish the IP and socket layers of
 // the last packet the done hook saw before another CPU may overtake it.
-const settleNs = 200000
+// A variable only for the reorder test's experiments (RXLANE_SETTLE_NS).
+var settleNs uint32 = 200000
 
 // idleMs is the idle time after which a flow whose delivery the guard
 // cannot see may switch CPU (a packet queued that long is assumed gone).
