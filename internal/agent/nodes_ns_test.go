@@ -292,56 +292,21 @@ lanes:
 func TestAgentWorkloadRouted(t *testing.T) {
 	testbedtest.RequireRoot(t)
 	n := testbedtest.Node(t, nodes.Options{Kind: nodes.Flannel, Prefix: "rxaw"})
-	dir := t.TempDir()
-	file := filepath.Join(dir, "agent.yaml")
-	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
-socket: %s/sock/agent.sock
-lanes:
-  - netns: %s
-    trust_outer_csum: true
-    workloads: true
-`, dir, dir, n.Netns))
-	cfg := loadWithCleanup(t, file)
-	a, _ := startAgent(t, Options{ConfigFile: file})
 	pod := n.Pods[0]
-	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
-	if err := a.SetWorkload(w); err != nil {
-		t.Fatal(err)
-	}
+	a, store := servedWorkloadLane(t, n.Netns, pod)
 	st := a.Status()
 	if len(st.Lanes[0].Rules) != 1 || st.Lanes[0].Rules[0].Source != "workload" {
 		t.Fatalf("lane: %+v", st.Lanes[0])
 	}
-	if len(st.Workloads) != 1 || !st.Workloads[0].Served {
-		t.Fatalf("a routed pod on a node whose forward path has no rules: %+v, want it served", st.Workloads)
-	}
-	store, err := lanes.OpenStore(cfg.LanesDir(), n.Netns)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dst := netip.AddrPortFrom(pod.Addrs[0], 7000)
 	hi, tx := podUDP(t, pod, 7000), remoteUDP(t, n)
 	const k = 50
-	base, _ := rulePackets(t, store, 7000)
-	roundTrip(t, tx, hi, dst, k)
-	if c, _ := rulePackets(t, store, 7000); c-base != k {
-		t.Fatalf("the lane's rule counted %d of the %d datagrams the pod received", c-base, k)
-	}
+	laneCountsAll(t, store, tx, hi, dst, k, "a routed pod on a node whose forward path has no rules")
 
 	if _, err := exec.LookPath("iptables-nft"); err != nil {
 		t.Skipf("skipping the rest: iptables-nft not installed (Debian package iptables)")
 	}
-	iptables := func(args ...string) string {
-		t.Helper()
-		var out []byte
-		if err := netns.Do(n.Netns, false, func() (err error) {
-			out, err = exec.Command("iptables-nft", args...).CombinedOutput()
-			return err
-		}); err != nil {
-			t.Fatalf("iptables-nft %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	iptables := func(args ...string) string { return nodeIptables(t, n.Netns, args...) }
 	drop := []string{"FORWARD", "-d", pod.Addrs[0].String(), "-j", "DROP"}
 	iptables(append([]string{"-A"}, drop...)...)
 	removed := false
@@ -358,7 +323,7 @@ lanes:
 	t.Logf("unserved: %s", a.Status().Workloads[0].Unserved)
 	// The lane leaves the pod's packets to the normal path, which drops
 	// them: poll the node's rule until it has counted them all.
-	base, _ = rulePackets(t, store, 7000)
+	base, _ := rulePackets(t, store, 7000)
 	for i := range k {
 		if _, err := tx.WriteToUDPAddrPort([]byte(fmt.Sprint(i)), dst); err != nil {
 			t.Fatal(err)
@@ -387,9 +352,63 @@ lanes:
 		ws := a.Status().Workloads
 		return len(ws) == 1 && ws[0].Served
 	})
-	base, _ = rulePackets(t, store, 7000)
-	roundTrip(t, tx, hi, dst, k)
-	if c, _ := rulePackets(t, store, 7000); c-base != k {
-		t.Fatalf("served again: the lane's rule counted %d of the %d datagrams the pod received", c-base, k)
+	laneCountsAll(t, store, tx, hi, dst, k, "served again")
+}
+
+// servedWorkloadLane starts an agent whose one lane, in the node
+// namespace ns, takes workloads (and so never skips netfilter), registers
+// pod as a high-priority workload on UDP port 7000 and checks that the
+// agent reports it served (its forward path proven). It returns the
+// agent and the lane's store.
+func servedWorkloadLane(t *testing.T, ns string, pod nodes.Pod) (*Agent, *lanes.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
+socket: %s/sock/agent.sock
+lanes:
+  - netns: %s
+    trust_outer_csum: true
+    workloads: true
+`, dir, dir, ns))
+	cfg := loadWithCleanup(t, file)
+	a, _ := startAgent(t, Options{ConfigFile: file})
+	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
+	if err := a.SetWorkload(w); err != nil {
+		t.Fatal(err)
 	}
+	if ws := a.Status().Workloads; len(ws) != 1 || !ws[0].Served {
+		t.Fatalf("a routed pod whose forward path filters nothing: %+v, want it served", ws)
+	}
+	store, err := lanes.OpenStore(cfg.LanesDir(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, store
+}
+
+// laneCountsAll sends k datagrams from tx to the pod's dst, each received
+// on hi, and fails t (saying when) unless the lane's port-7000 rule
+// counted every one.
+func laneCountsAll(t *testing.T, store *lanes.Store, tx, hi *net.UDPConn, dst netip.AddrPort, k int, when string) {
+	t.Helper()
+	base, _ := rulePackets(t, store, 7000)
+	roundTrip(t, tx, hi, dst, k)
+	if c, _ := rulePackets(t, store, 7000); c-base != uint64(k) {
+		t.Fatalf("%s: the lane's rule counted %d of the %d datagrams the pod received", when, c-base, k)
+	}
+}
+
+// nodeIptables runs iptables-nft in the namespace ns and returns its
+// output, failing t on an error.
+func nodeIptables(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	var out []byte
+	if err := netns.Do(ns, false, func() (err error) {
+		out, err = exec.Command("iptables-nft", args...).CombinedOutput()
+		return err
+	}); err != nil {
+		t.Fatalf("iptables-nft %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

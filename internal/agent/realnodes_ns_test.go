@@ -7,18 +7,15 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/lanes"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/realnode"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
-	"github.com/rxlane/rxlane/internal/workload"
 )
 
 // TestAgentOnRealNodes is TestAgentOnNodes on the nodes the real daemons
@@ -33,19 +30,7 @@ import (
 func TestAgentOnRealNodes(t *testing.T) {
 	testbedtest.RequireRoot(t)
 	t.Run("flanneld", func(t *testing.T) {
-		f, err := realnode.UpFlannel(realnode.FlannelOptions{Prefix: "rxagf"})
-		var miss *realnode.MissingError
-		if errors.As(err, &miss) {
-			t.Skipf("skipping: %v (scripts/setup-flannel builds them)", err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := f.Close(); err != nil {
-				t.Errorf("close: %v", err)
-			}
-		})
+		f := upFlannel(t, "rxagf")
 		agentOnNode(t, agentNode{Node: f.Node(), LaneNS: f.Netns, Subnet: f.Subnet, AddPod: f.AddPod, DelPod: f.DelPod})
 	})
 	t.Run("swarm", func(t *testing.T) {
@@ -111,67 +96,19 @@ func swarmPod(s *realnode.Swarm, c realnode.Container) nodes.Pod {
 // before it, the pod is unserved with the rule named.
 func TestAgentWorkloadOnRealFlannel(t *testing.T) {
 	testbedtest.RequireRoot(t)
-	f, err := realnode.UpFlannel(realnode.FlannelOptions{Prefix: "rxawf"})
-	var miss *realnode.MissingError
-	if errors.As(err, &miss) {
-		t.Skipf("skipping: %v (scripts/setup-flannel builds them)", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := f.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	f := upFlannel(t, "rxawf")
 	n := f.Node()
-	dir := t.TempDir()
-	file := filepath.Join(dir, "agent.yaml")
-	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
-socket: %s/sock/agent.sock
-lanes:
-  - netns: %s
-    trust_outer_csum: true
-    workloads: true
-`, dir, dir, f.Netns))
-	cfg := loadWithCleanup(t, file)
-	a, _ := startAgent(t, Options{ConfigFile: file})
 	pod := n.Pods[0]
-	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
-	if err := a.SetWorkload(w); err != nil {
-		t.Fatal(err)
-	}
-	if ws := a.Status().Workloads; len(ws) != 1 || !ws[0].Served {
-		t.Fatalf("a pod on flanneld's node: %+v, want it served (its forward path proven)", ws)
-	}
-	store, err := lanes.OpenStore(cfg.LanesDir(), f.Netns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, store := servedWorkloadLane(t, f.Netns, pod)
 	dst := netip.AddrPortFrom(pod.Addrs[0], 7000)
 	hi, tx := podUDP(t, pod, 7000), remoteUDP(t, n)
 	const k = 50
-	base, _ := rulePackets(t, store, 7000)
-	roundTrip(t, tx, hi, dst, k)
-	if c, _ := rulePackets(t, store, 7000); c-base != k {
-		t.Fatalf("the lane's rule counted %d of the %d datagrams the pod received", c-base, k)
-	}
+	laneCountsAll(t, store, tx, hi, dst, k, "a pod on flanneld's node")
 
 	if _, err := exec.LookPath("iptables-nft"); err != nil {
 		t.Skip("skipping the rest: iptables-nft not installed (Debian package iptables)")
 	}
-	iptables := func(args ...string) {
-		t.Helper()
-		if err := netns.Do(f.Netns, false, func() error {
-			out, err := exec.Command("iptables-nft", args...).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("iptables-nft %s: %v: %s", strings.Join(args, " "), err, out)
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	iptables := func(args ...string) { nodeIptables(t, f.Netns, args...) }
 	drop := []string{"FORWARD", "-d", pod.Addrs[0].String(), "-j", "DROP"}
 	unserved := func() string {
 		ws := a.Status().Workloads
@@ -197,10 +134,9 @@ lanes:
 			t.Fatalf("a drop after flanneld's accept: endpoint skipped: %s", e.Skip)
 		}
 	}
-	base, _ = rulePackets(t, store, 7000)
-	roundTrip(t, tx, hi, dst, k)
-	if c, _ := rulePackets(t, store, 7000); c-base != k || unserved() != "" {
-		t.Fatalf("a drop after flanneld's accept: the lane counted %d of %d, %s", c-base, k, unserved())
+	laneCountsAll(t, store, tx, hi, dst, k, "a drop after flanneld's accept")
+	if u := unserved(); u != "" {
+		t.Fatalf("a drop after flanneld's accept: %s", u)
 	}
 	iptables(append([]string{"-I", "FORWARD", "1"}, drop[1:]...)...)
 	t.Cleanup(func() {
@@ -209,4 +145,25 @@ lanes:
 	reason := fmt.Sprintf("filter FORWARD rule 1 (-d %s/32 -j DROP) may drop packets to %s", pod.Addrs[0], pod.Addrs[0])
 	waitFor(t, "the workload unserved by a drop before flanneld's accept", func() bool { return strings.Contains(unserved(), reason) })
 	t.Logf("%s", unserved())
+}
+
+// upFlannel brings up a real flanneld node under prefix, torn down when
+// t ends; t is skipped, saying why, when flanneld or its tools are not
+// installed.
+func upFlannel(t *testing.T, prefix string) *realnode.Flannel {
+	t.Helper()
+	f, err := realnode.UpFlannel(realnode.FlannelOptions{Prefix: prefix})
+	var miss *realnode.MissingError
+	if errors.As(err, &miss) {
+		t.Skipf("skipping: %v (scripts/setup-flannel builds them)", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return f
 }
