@@ -168,3 +168,31 @@ func TestKernelCheckPattern(t *testing.T) {
 		}
 	}
 }
+
+// TestPanickedAtBoot: only a guest that panicked before its init printed
+// any TAP is booted again; a panic in a test fails the run as before.
+func TestPanickedAtBoot(t *testing.T) {
+	early := "pnp: PnP ACPI: found 6 devices\nint3: 0000 [#1] SMP\nKernel panic - not syncing: Fatal exception in interrupt\n"
+	inTest := "TAP version 13\n1..3\nok 1 - first\nKernel panic - not syncing: Fatal exception\n"
+	clean := "TAP version 13\n1..1\nok 1 - first\nrxlane-selftest-exit=0\n"
+	for _, c := range []struct {
+		name     string
+		console  string
+		timedOut bool
+		want     bool
+	}{
+		{"panic at boot", early, false, true},
+		{"panic in a test", inTest, false, false},
+		{"no panic", clean, false, false},
+		{"timed out at boot", "booting\n", true, false},
+	} {
+		tap, err := ParseTAP(strings.NewReader(c.console))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Run{Console: c.console, TAP: tap, TimedOut: c.timedOut}
+		if got := panickedAtBoot(r); got != c.want {
+			t.Errorf("%s: panickedAtBoot %v, want %v", c.name, got, c.want)
+		}
+	}
+}
