@@ -1,12 +1,14 @@
 package experiments
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -18,6 +20,7 @@ import (
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/lanes"
+	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/realnode"
 	"github.com/rxlane/rxlane/internal/testbed"
@@ -93,6 +96,13 @@ type CompareOptions struct {
 	// after: an experiment that separates what the daemons add to the
 	// tail from what the datapath does. Real nodes only.
 	FreezeDaemons bool
+	// NoNetfilter removes every netfilter table of the real node's
+	// namespaces (the node, the remote host, a swarm's overlay sandbox)
+	// for each case and restores them after, the daemons frozen
+	// meanwhile (needs FreezeDaemons): an experiment that separates what
+	// the daemons' rules, and the conntrack their NAT turns on, add to
+	// the tail. Needs nft (Debian package nftables).
+	NoNetfilter bool
 }
 
 // CompareCase is one (mode, load) cell.
@@ -176,6 +186,52 @@ type compareTarget struct {
 	queueRefused string
 	// daemons, on a real node, are its daemons' process IDs.
 	daemons func() []int
+	// filterNetns, on a real node, are the namespaces whose netfilter
+	// rules its daemons wrote (NoNetfilter).
+	filterNetns []string
+}
+
+// withoutNetfilter wraps run so that every netfilter table of the
+// namespaces is gone during each case: saved with iptables-nft-save,
+// removed with `nft flush ruleset` (tables and base chains with them, so
+// conntrack's hooks go too), and restored with iptables-nft-restore after
+// the case, whatever its end. The daemons that wrote them must be frozen
+// (they would write them again).
+func withoutNetfilter(run func(context.Context, bench.LatencyOptions, string) (bench.RepResult, error), namespaces []string, progress io.Writer) func(context.Context, bench.LatencyOptions, string) (bench.RepResult, error) {
+	inNS := func(ns string, stdin []byte, name string, args ...string) ([]byte, error) {
+		var out []byte
+		err := netns.Do(ns, false, func() (err error) {
+			cmd := exec.Command(name, args...)
+			cmd.Stdin = bytes.NewReader(stdin)
+			if out, err = cmd.Output(); err != nil {
+				err = fmt.Errorf("no-netfilter: %s %s in %s: %w", name, strings.Join(args, " "), ns, err)
+			}
+			return err
+		})
+		return out, err
+	}
+	return func(ctx context.Context, o bench.LatencyOptions, load string) (res bench.RepResult, err error) {
+		saved := map[string][]byte{}
+		defer func() {
+			for ns, rules := range saved {
+				if _, rerr := inNS(ns, rules, "iptables-nft-restore"); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
+		}()
+		for _, ns := range namespaces {
+			rules, err := inNS(ns, nil, "iptables-nft-save")
+			if err != nil {
+				return res, err
+			}
+			saved[ns] = rules
+			if _, err := inNS(ns, nil, "nft", "flush", "ruleset"); err != nil {
+				return res, err
+			}
+		}
+		bench.Progressf(progress, "netfilter tables of %v removed for the case", namespaces)
+		return run(ctx, o, load)
+	}
 }
 
 // frozen wraps run so that the daemons are stopped (SIGSTOP) during
@@ -296,6 +352,14 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	if co.FreezeDaemons && node != NodeFlanneld && node != NodeSwarm {
 		return nil, fmt.Errorf("freeze-daemons: only on the real nodes (%s, %s): node %s runs no daemons", NodeFlanneld, NodeSwarm, node)
 	}
+	if co.NoNetfilter && !co.FreezeDaemons {
+		return nil, errors.New("no-netfilter: only with freeze-daemons (the daemons would write their rules again)")
+	}
+	if co.NoNetfilter {
+		if _, err := exec.LookPath("nft"); err != nil {
+			return nil, errors.New("no-netfilter: nft not found (Debian package nftables)")
+		}
+	}
 	tb := o.Testbed
 	var tgt compareTarget
 	var cleanup func() error
@@ -322,6 +386,9 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 		}
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
+	if co.NoNetfilter {
+		tgt.run = withoutNetfilter(tgt.run, tgt.filterNetns, o.Progress)
+	}
 	if co.FreezeDaemons {
 		tgt.run = frozen(tgt.run, tgt.daemons, o.Progress)
 	}

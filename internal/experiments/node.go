@@ -136,6 +136,7 @@ func nodeTarget(kind string, cpus testbed.Config, progressW io.Writer) (compareT
 		},
 		queueRefused: queueRefused,
 		daemons:      daemons,
+		filterNetns:  []string{n.Netns, n.Remote},
 	}, cleanup, nil
 }
 

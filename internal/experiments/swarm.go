@@ -69,5 +69,6 @@ func swarmTarget(ctx context.Context, cpus testbed.Config, progressW io.Writer) 
 		},
 		queueRefused: "the queue lane is refused on Docker swarm nodes: its XDP program would sit on the host's underlay, which cannot redirect into the overlay sandbox's veths (docs/lanes.md, Layouts)",
 		daemons:      s.DaemonPIDs,
+		filterNetns:  []string{s.Node.Netns, s.Remote.Netns, s.Sandbox},
 	}, cleanup, nil
 }
