@@ -206,7 +206,7 @@ Examples:
 	f.StringSliceVar(&modes, "modes", modes, "modes to compare: vanilla, lanes-sync (tc), lanes-queue (XDP)")
 	f.StringVar(&co.Node, "node", experiments.NodeTestbed, "receiving node: "+strings.Join(experiments.NodeKinds(), ", ")+" (not --layout, the receive-core layout)")
 	f.BoolVar(&co.FreezeDaemons, "freeze-daemons", false, "with --node flanneld|swarm: stop the node's daemons (etcd and flanneld; dockerd and containerd) during each case and continue them after, to separate what they add to the tail (an experiment: the node is not as its users run it)")
-	f.BoolVar(&co.NoNetfilter, "no-netfilter", false, "with --freeze-daemons: remove every netfilter table of the real node's namespaces during each case (iptables-nft-save, nft flush ruleset) and restore them after, to separate what the daemons' rules and the conntrack their NAT turns on add to the tail (an experiment; needs nft)")
+	f.BoolVar(&co.NoNetfilter, "no-netfilter", false, "with --freeze-daemons: remove every nftables table (iptables-nft's; not iptables-legacy's) of the real node's namespaces during each case (iptables-nft-save, nft flush ruleset) and restore them after, to separate what the daemons' rules and the conntrack their NAT turns on add to the tail (an experiment; needs nft)")
 	f.BoolVar(&co.Baseline, "baseline-arrangement", false, "also run vanilla with the application at normal priority (mode vanilla-normal) and show the lanes' cut against it")
 	f.StringVar(&rates, "bg-rates", rates, "background rates in packets/s, one busy case each (k and M suffixes)")
 	return cmd

@@ -96,8 +96,8 @@ type CompareOptions struct {
 	// after: an experiment that separates what the daemons add to the
 	// tail from what the datapath does. Real nodes only.
 	FreezeDaemons bool
-	// NoNetfilter removes every netfilter table of the real node's
-	// namespaces (the node, the remote host, a swarm's overlay sandbox)
+	// NoNetfilter removes every nftables table (iptables-nft's included;
+	// not iptables-legacy's) of the real node's namespaces (the node, the remote host, a swarm's overlay sandbox)
 	// for each case and restores them after, the daemons frozen
 	// meanwhile (needs FreezeDaemons): an experiment that separates what
 	// the daemons' rules, and the conntrack their NAT turns on, add to
