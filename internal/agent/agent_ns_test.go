@@ -56,6 +56,25 @@ func writeConfig(t *testing.T, file, text string) {
 
 // loadWithCleanup loads the config file and has the test end with
 // Cleanup of everything it names (also after a failure half way).
+// workloadsConfig writes, in a new directory of t, an agent config whose
+// one lane, in the namespace ns, takes workloads (and trusts the veth
+// wire's outer checksums, as every test's lane does), followed by extra
+// (further sections), and returns the file and the config loaded by
+// loadWithCleanup.
+func workloadsConfig(t *testing.T, ns, extra string) (string, *Config) {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
+socket: %s/sock/agent.sock
+lanes:
+  - netns: %s
+    trust_outer_csum: true
+    workloads: true
+`, dir, dir, ns)+extra)
+	return file, loadWithCleanup(t, file)
+}
+
 func loadWithCleanup(t *testing.T, file string) *Config {
 	t.Helper()
 	cfg, err := LoadConfig(file)
@@ -460,16 +479,7 @@ func TestAgentWorkloads(t *testing.T) {
 	// machine by Docker, does by default in every namespace).
 	testbedtest.BridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
 	before := testbedtest.Snapshot(t, tb)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "agent.yaml")
-	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
-socket: %s/sock/agent.sock
-lanes:
-  - netns: %s
-    trust_outer_csum: true
-    workloads: true
-`, dir, dir, tb.NS(testbed.HostB)))
-	cfg := loadWithCleanup(t, file)
+	file, cfg := workloadsConfig(t, tb.NS(testbed.HostB), "")
 	ip := netip.MustParseAddr(testbed.OverlayB.String())
 	first := workload.Workload{Source: workload.SourceCNI, ID: "ctr1", IPs: []netip.Addr{ip}, Lane: "high", Ports: "7000", Proto: "udp"}
 	pending := workload.PendingDir(cfg.AgentDir())

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -84,19 +83,10 @@ func TestAgentKubernetes(t *testing.T) {
 	tb := testbedtest.Up(t, testbedtest.Config(t))
 	testbedtest.BridgeNetfilterOff(t, testbed.NetnsPath(tb, testbed.HostB))
 	before := testbedtest.Snapshot(t, tb)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "agent.yaml")
-	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
-socket: %s/sock/agent.sock
-lanes:
-  - netns: %s
-    trust_outer_csum: true
-    workloads: true
-kubernetes:
+	file, cfg := workloadsConfig(t, tb.NS(testbed.HostB), fmt.Sprintf(`kubernetes:
   node_name: node-x
   kubeconfig: %s
-`, dir, dir, tb.NS(testbed.HostB), c.Kubeconfig(t, kubetest.Agent)))
-	cfg := loadWithCleanup(t, file)
+`, c.Kubeconfig(t, kubetest.Agent)))
 
 	ctrB := testbed.OverlayB.String()
 	web := mkPod(t, admin, ns, "web", "node-x", false, map[string]string{workload.AnnotationLane: "high", workload.AnnotationPorts: "7000", workload.AnnotationProto: "udp"}, ctrB)

@@ -362,16 +362,7 @@ func TestAgentWorkloadRouted(t *testing.T) {
 // agent and the lane's store.
 func servedWorkloadLane(t *testing.T, ns string, pod nodes.Pod) (*Agent, *lanes.Store) {
 	t.Helper()
-	dir := t.TempDir()
-	file := filepath.Join(dir, "agent.yaml")
-	writeConfig(t, file, fmt.Sprintf(`state_dir: %s/state
-socket: %s/sock/agent.sock
-lanes:
-  - netns: %s
-    trust_outer_csum: true
-    workloads: true
-`, dir, dir, ns))
-	cfg := loadWithCleanup(t, file)
+	file, cfg := workloadsConfig(t, ns, "")
 	a, _ := startAgent(t, Options{ConfigFile: file})
 	w := workload.Workload{Source: workload.SourceKubernetes, ID: "uid-1", Name: "default/web", IPs: pod.Addrs[:1], Lane: "high", Ports: "7000", Proto: "udp"}
 	if err := a.SetWorkload(w); err != nil {
