@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/sim/twin"
 )
 
 func now() int64 {
@@ -59,13 +61,7 @@ func main() {
 	}
 	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
 	if *asJSON {
-		out := struct {
-			Format     string    `json:"format"`
-			Note       string    `json:"note"`
-			IntervalUs float64   `json:"interval_us"`
-			Samples    int       `json:"samples"`
-			LateUs     []float64 `json:"late_us"`
-		}{Format: "rxlane-pacelat/1", Note: *note, IntervalUs: float64(step) / 1e3, Samples: len(late)}
+		out := twin.PacerFile{Format: twin.PacerFormat, Note: *note, IntervalUs: float64(step) / 1e3, Samples: len(late)}
 		for i := 0; i < 1000; i++ {
 			v := late[int((float64(i)+0.5)/1000*float64(len(late)))]
 			out.LateUs = append(out.LateUs, float64(v/100)/10) // 0.1 us

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/sim/twin"
 )
 
 func now() int64 {
@@ -73,15 +75,7 @@ func main() {
 		}
 		return
 	}
-	out := struct {
-		Format      string    `json:"format"`
-		Note        string    `json:"note"`
-		Seconds     float64   `json:"seconds"`
-		ThresholdUs float64   `json:"threshold_us"`
-		Gaps        int       `json:"gaps"`
-		PerS        float64   `json:"per_s"`
-		Us          []float64 `json:"us"`
-	}{Format: "rxlane-spingap/1", Note: *note, Seconds: float64(spun) / 1e9, ThresholdUs: float64(thr.Nanoseconds()) / 1e3, Gaps: len(gaps), PerS: perS}
+	out := twin.StallFile{Format: twin.StallFormat, Note: *note, Seconds: float64(spun) / 1e9, ThresholdUs: float64(thr.Nanoseconds()) / 1e3, Gaps: len(gaps), PerS: perS}
 	k := min(len(gaps), 1000)
 	for i := 0; i < k; i++ {
 		v := gaps[int((float64(i)+0.5)/float64(k)*float64(len(gaps)))]

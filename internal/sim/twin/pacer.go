@@ -13,8 +13,9 @@ import (
 // PacerFormat marks the file scripts/pacelat writes (--json).
 const PacerFormat = "rxlane-pacelat/1"
 
-// pacerFile is scripts/pacelat's --json output.
-type pacerFile struct {
+// PacerFile is scripts/pacelat's --json output (the script writes it
+// with this type, so writer and reader share one format).
+type PacerFile struct {
 	Format     string    `json:"format"`
 	Note       string    `json:"note"`
 	IntervalUs float64   `json:"interval_us"`
@@ -22,8 +23,8 @@ type pacerFile struct {
 	LateUs     []float64 `json:"late_us"`
 }
 
-// stallFile is scripts/spingap's --json output.
-type stallFile struct {
+// StallFile is scripts/spingap's --json output (written with this type).
+type StallFile struct {
 	Format      string    `json:"format"`
 	Note        string    `json:"note"`
 	Seconds     float64   `json:"seconds"`
@@ -53,7 +54,7 @@ func (n *Node) UseStalls(path string) error {
 	if err != nil {
 		return fmt.Errorf("%w: read stalls file: %w", ErrInput, err)
 	}
-	var f stallFile
+	var f StallFile
 	if err := json.Unmarshal(b, &f); err != nil || f.Format != StallFormat {
 		return fmt.Errorf("%w: stalls file %s is not a 'spingap --json' report (format %q)", ErrInput, path, StallFormat)
 	}
@@ -85,7 +86,7 @@ func (n *Node) UsePacer(path string) error {
 	if err != nil {
 		return fmt.Errorf("%w: read pacer file: %w", ErrInput, err)
 	}
-	var p pacerFile
+	var p PacerFile
 	if err := json.Unmarshal(b, &p); err != nil || p.Format != PacerFormat {
 		return fmt.Errorf("%w: pacer file %s is not a 'pacelat --json' report (format %q)", ErrInput, path, PacerFormat)
 	}
