@@ -92,6 +92,10 @@ struct inner_keys {
 	struct steer_ep_key mac;
 	struct steer_ip_key ip;
 	struct steer_tunnel_key tun;
+	/* The inner TCP header's offset (0: not TCP, or a fragment) and the
+	 * IP payload length, for ends_batch. */
+	__u32 tcp_off;
+	__u32 l4_len;
 };
 
 /* flow_hash: FNV-1a over the inner 5-tuple in hash order: saddr, daddr,
@@ -106,6 +110,7 @@ static __always_inline bool flow_hash(void *ctx, bool xdp, __u32 encap, __u32 *o
 	struct ethhdr ebuf;
 	struct tuple t;
 
+	keys->tcp_off = 0;
 	const struct ethhdr *eth = ovl_hdr(&p, 0, sizeof(*eth), &ebuf);
 	if (!eth || !parse_tuple(&p, eth->h_proto, sizeof(*eth), &t))
 		return false;
@@ -126,6 +131,11 @@ static __always_inline bool flow_hash(void *ctx, bool xdp, __u32 encap, __u32 *o
 	}
 	__builtin_memcpy(keys->mac.mac, eth->h_dest, 6);
 	__builtin_memcpy(keys->ip.addr, t.daddr, 16);
+	if (t.ip.proto == IPPROTO_TCP && !t.ip.frag) {
+		__u32 iphl = t.ip.v6 ? sizeof(struct ipv6hdr) : t.ip.ihl * 4;
+		keys->tcp_off = t.ip.l4_off;
+		keys->l4_len = t.ip.len > iphl ? t.ip.len - iphl : 0;
+	}
 
 	__u32 h = 2166136261U;
 	if (t.ip.v6) {
@@ -166,6 +176,25 @@ static __always_inline __u32 hash_seq(__u32 hash, __u32 n)
 	__u64 lo = (((__u64)idx << 32) + n - 1) / n;
 	__u64 base = (lo + 8) & ~7ULL;
 	return (__u32)((hash - base) >> 3) & 0xffff;
+}
+
+/* ends_batch: no GRO layer holds a packet of this flow once this one
+ * went through it. TCP GRO flushes a flow's held segments on a segment
+ * with FIN, SYN, RST, PSH or URG or without payload (and holds none of
+ * them); GRO holds no packet of other protocols here (UDP only for a
+ * socket that asked for UDP GRO). See STEER_NATIVE. */
+static __always_inline bool ends_batch(void *ctx, bool xdp, const struct inner_keys *keys)
+{
+	if (!keys->tcp_off)
+		return true;
+	struct ovl_pkt p = {.ctx = ctx, .access = xdp ? OVL_XDP : OVL_SKB};
+	__u8 buf[2];
+	const __u8 *w = ovl_hdr(&p, keys->tcp_off + 12, 2, buf);
+	if (!w)
+		return true;
+	__u32 doff = (w[0] >> 4) * 4;
+	/* FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, URG 0x20 */
+	return (w[1] & 0x2f) || keys->l4_len <= doff;
 }
 
 static __always_inline __u32 segs_of(struct __sk_buff *skb)
@@ -216,6 +245,26 @@ static __always_inline __u32 endpoint_stage(__u32 flags, struct inner_keys *keys
 	else if (flags & STEER_DEV_BY_IP)
 		s = bpf_map_lookup_elem(&steer_ep_ip, &keys->ip);
 	return s ? *s : def;
+}
+
+/* follow records a later stage's packet that follows the entry's choice
+ * without a number: direct (hash 0) or native. */
+static __always_inline void follow(struct steer_flow *f, __u32 committed, __u64 now, __u32 cur)
+{
+	if (!f)
+		return;
+	__sync_fetch_and_add(&f->packets, 1);
+	__sync_fetch_and_add(&f->off, 1);
+	if (f->committed != committed) {
+		if (f->committed)
+			__sync_fetch_and_add(&f->switches, 1);
+		f->committed = committed;
+	}
+	f->last_ns = now;
+	f->cpu = cur;
+	f->want_cpu = cur;
+	f->reason = S_OFF;
+	f->rps_hash = 0;
 }
 
 /* steer_skb is the tc program body; devkey is the key of this device in
@@ -315,36 +364,26 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 
 	/* A later stage of a packet the entry sent direct (hash 0): the
 	 * entry's switch to direct was guarded for the whole path, so this
-	 * stage follows (hash left 0: no RPS at the next device). */
-	if (!entry && skb->hash == 0) {
+	 * stage follows (hash left 0: no RPS at the next device). A native
+	 * packet is left as the node's path has it. */
+	if (!entry && (skb->hash == 0 || (g && g->native))) {
 		count(S_OFF);
-		if (f) {
-			__sync_fetch_and_add(&f->packets, 1);
-			__sync_fetch_and_add(&f->off, 1);
-			if (f->committed != STEER_DIRECT) {
-				if (f->committed)
-					__sync_fetch_and_add(&f->switches, 1);
-				f->committed = STEER_DIRECT;
-			}
-			f->last_ns = now;
-			f->cpu = cur;
-			f->want_cpu = cur;
-			f->reason = S_OFF;
-			f->rps_hash = 0;
-		}
+		follow(f, skb->hash == 0 ? STEER_DIRECT : STEER_NATIVE, now, cur);
 		return TC_ACT_UNSPEC;
 	}
 	count(reason);
+	bool ends = entry && ends_batch(skb, false, &keys);
 
 	/* Number the packet (entry) or read its number (later stages). */
 	__u32 segs = segs_of(skb);
 	__u32 last = 0;
-	bool have = false;
+	bool have = false, gnew = false;
 	if (entry) {
 		if (!g) {
 			struct steer_guard ng = {.done_seq = 0xffff};
 			bpf_map_update_elem(&steer_guards, &fh, &ng, BPF_NOEXIST);
 			g = bpf_map_lookup_elem(&steer_guards, &fh);
+			gnew = true;
 		}
 		if (g) {
 			__u32 first = __sync_fetch_and_add(&g->next_seq, segs);
@@ -358,13 +397,33 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	}
 	__u32 first = last - segs + 1;
 
-	__u32 want = direct ? STEER_DIRECT : idx + 1;
+	/* Into native from direct only (a numbered flow drains to direct
+	 * first). Out of native to direct while steering is off (native
+	 * packets carry no number: the direct ones behind them are counted);
+	 * with steering on, a native flow is one new to the entry, whose
+	 * packets so far took the node's path: it goes to its CPU at once
+	 * (at the end of a GRO batch). */
+	bool native = entry && !(cfg->flags & STEER_F_ON) && (cfg->flags & STEER_F_NATIVE);
+	/* A flow new to the entry whose guard was there (unpark keeps the
+	 * guards, steer_xdp makes them too) may have packets in flight on
+	 * the node's own path: it starts native. A flow new to both has
+	 * nothing in flight: it starts where the rule puts it. */
+	if (entry && f && !f->committed && !gnew)
+		f->committed = STEER_NATIVE;
+	__u32 want = native ? STEER_NATIVE : direct ? STEER_DIRECT : idx + 1;
+	if (f && f->committed && f->committed != STEER_DIRECT && (want == STEER_NATIVE) != (f->committed == STEER_NATIVE) &&
+	    !(f->committed == STEER_NATIVE && (cfg->flags & STEER_F_ON)))
+		want = STEER_DIRECT;
 	__u32 use = want;
 	if (f) {
 		__u32 old = f->committed;
-		if (old && old != want && (old <= n || old == STEER_DIRECT)) {
+		if (old && old != want && (old <= n || old == STEER_DIRECT || old == STEER_NATIVE)) {
 			bool drained;
-			if (old == STEER_DIRECT && entry)
+			if (old == STEER_NATIVE || want == STEER_NATIVE)
+				/* the packet's identity changes, its CPUs do
+				 * not: only where no GRO layer holds the flow */
+				drained = have && g->entry_flush;
+			else if (old == STEER_DIRECT && entry)
 				/* every packet sent direct was delivered */
 				drained = have && g->direct_in == g->direct_out && now - g->done_ns >= cfg->settle_ns;
 			else
@@ -372,7 +431,7 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 				 * dropped: a later delivery supersedes it) */
 				drained = have && ((g->done_seq + 1 - first) & 0xffff) == 0 &&
 					  now - g->done_ns >= cfg->settle_ns;
-			bool idle = cfg->idle_ms && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
+			bool idle = cfg->idle_ms && f->last_ns && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
 			if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
 				f->committed = want;
 				__sync_fetch_and_add(&f->switches, 1);
@@ -393,7 +452,9 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 		}
 	}
 	__u32 wh = 0;
-	if (use != STEER_DIRECT) {
+	if (use == STEER_NATIVE) {
+		/* the kernel's hash stays */
+	} else if (use != STEER_DIRECT) {
 		use -= 1;
 		wh = rps_hash(use, n, last, fh);
 	} else if (g) {
@@ -401,6 +462,8 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	}
 	if (entry && g) {
 		g->direct = use == STEER_DIRECT;
+		g->native = use == STEER_NATIVE;
+		g->entry_flush = ends;
 		/* Frames that came through steer_xdp carry its mark; counted
 		 * last, so steer_xdp's guard sees this frame in flight until
 		 * the direct count and flag above are written. */
@@ -409,7 +472,8 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 		if (meta + 4 <= data && *(__u32 *)meta == STEER_META_MAGIC)
 			__sync_fetch_and_add(&g->entry_frames, segs);
 	}
-	bpf_set_hash(skb, wh);
+	if (use != STEER_NATIVE)
+		bpf_set_hash(skb, wh);
 
 	if (f) {
 		__u32 ci = direct ? 0 : idx;
@@ -473,7 +537,8 @@ int steer_done(struct __sk_buff *skb)
 	if (skb->hash == 0)
 		/* sent direct by the entry: counted, it carries no number */
 		__sync_fetch_and_add(&g->direct_out, segs_of(skb));
-	else
+	else if (!g->native)
+		/* (a native packet's hash is the kernel's: no number) */
 		g->done_seq = hash_seq(skb->hash, cfg->n_cpus);
 	g->done_ns = bpf_ktime_get_ns();
 	g->done_cpu = bpf_get_smp_processor_id();
@@ -513,10 +578,12 @@ int steer_xdp(struct xdp_md *ctx)
 	}
 	__u64 now = bpf_ktime_get_ns();
 	struct steer_guard *g = bpf_map_lookup_elem(&steer_guards, &fh);
+	bool gnew = false;
 	if (!g) {
 		struct steer_guard ng = {.done_seq = 0xffff};
 		bpf_map_update_elem(&steer_guards, &fh, &ng, BPF_NOEXIST);
 		g = bpf_map_lookup_elem(&steer_guards, &fh);
+		gnew = true;
 	}
 	/* Keyed apart from the tc stages (a container device's ifindex, in
 	 * its own namespace, may equal the underlay's). */
@@ -529,22 +596,43 @@ int steer_xdp(struct xdp_md *ctx)
 	}
 	if (!f || !g)
 		return XDP_PASS;
-	__u32 use = want, val = want == STEER_PASS ? STEER_PASS : want + 1;
+	/* committed values: position + 1, STEER_PASS (marked) or
+	 * STEER_NATIVE (unmarked: the node's own frames). Native is next to
+	 * PASS only, as the entry's native is next to direct, but for a flow
+	 * new here while the stage is on (see steer_skb). */
+	__u32 val = want == STEER_PASS ? STEER_PASS : want + 1;
+	if ((cfg->flags & STEER_F_NATIVE) && want == STEER_PASS)
+		val = STEER_NATIVE;
+	/* A flow new here with a guard already there (see steer_skb) passed
+	 * without XDP so far: it starts native. */
+	if (!f->committed && !gnew)
+		f->committed = STEER_NATIVE;
 	__u32 old = f->committed;
+	if (old && old != STEER_PASS && (val == STEER_NATIVE) != (old == STEER_NATIVE) &&
+	    !(old == STEER_NATIVE && (cfg->flags & STEER_F_FIRST_ON)))
+		val = STEER_PASS;
+	__u32 cv = val;
 	if (old && old != val) {
-		/* Every frame that passed here reached the entry, and every
-		 * packet the entry numbered (or sent direct, without a
-		 * number) was delivered. */
-		bool numbered = ((g->next_seq - 1 - g->done_seq) & 0xffff) == 0;
-		bool drained = g->xdp_frames == g->entry_frames && g->direct_in == g->direct_out &&
-			       (g->direct || numbered) && now - g->done_ns >= cfg->settle_ns;
-		bool idle = cfg->idle_ms && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
+		bool drained;
+		if (old == STEER_NATIVE || val == STEER_NATIVE) {
+			/* the mark comes or goes, the CPU stays: only where
+			 * no GRO layer holds the flow */
+			drained = g->xdp_flush;
+		} else {
+			/* Every frame that passed here reached the entry, and
+			 * every packet the entry numbered (or sent direct,
+			 * without a number) was delivered. */
+			bool numbered = ((g->next_seq - 1 - g->done_seq) & 0xffff) == 0;
+			drained = g->xdp_frames == g->entry_frames && g->direct_in == g->direct_out && !g->native &&
+				  (g->direct || numbered) && now - g->done_ns >= cfg->settle_ns;
+		}
+		bool idle = cfg->idle_ms && f->last_ns && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
 		if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
 			f->committed = val;
 			__sync_fetch_and_add(&f->switches, 1);
 			count(S_SWITCH);
 		} else {
-			use = old == STEER_PASS ? STEER_PASS : old - 1;
+			cv = old;
 			__sync_fetch_and_add(&f->deferred, 1);
 			count(S_DEFERRED);
 		}
@@ -552,10 +640,12 @@ int steer_xdp(struct xdp_md *ctx)
 		f->committed = val;
 	}
 	count(reason);
-	__sync_fetch_and_add(&g->xdp_frames, 1);
+	g->xdp_flush = ends_batch(ctx, true, &keys);
 
 	__u32 cur = bpf_get_smp_processor_id(), cpu = cur, wcpu = cur;
-	if (use != STEER_PASS) {
+	bool redirect = cv != STEER_PASS && cv != STEER_NATIVE;
+	if (redirect) {
+		__u32 use = cv - 1;
 		__u32 *c = bpf_map_lookup_elem(&steer_first_cpus, &use);
 		if (!c)
 			return XDP_PASS;
@@ -575,16 +665,19 @@ int steer_xdp(struct xdp_md *ctx)
 	f->cpu = cpu;
 	f->want_cpu = wcpu;
 	f->reason = reason;
+	if (cv == STEER_NATIVE)
+		return XDP_PASS; /* unmarked, uncounted: as with no XDP */
 
 	/* Mark the frame for the entry's frame count (GRO keeps equal marks
 	 * mergeable). */
+	__sync_fetch_and_add(&g->xdp_frames, 1);
 	if (bpf_xdp_adjust_meta(ctx, -4) == 0) {
 		void *meta = (void *)(long)ctx->data_meta;
 		void *data = (void *)(long)ctx->data;
 		if (meta + 4 <= data)
 			*(__u32 *)meta = STEER_META_MAGIC;
 	}
-	if (use == STEER_PASS)
+	if (!redirect)
 		return XDP_PASS;
 	return bpf_redirect_map(&steer_cpumap, cpu, XDP_PASS);
 }

@@ -26,6 +26,13 @@
  * (its hash, the devices' own rps_cpus) runs; the done hook only counts
  * deliveries for the loop's windows. */
 #define STEER_F_PARKED (1U << 6)
+/* Go: flagNative. With STEER_F_ON clear: the flows move, through the
+ * guard, to the node's own packet identity (STEER_NATIVE): the entry
+ * leaves the kernel's hash, steer_xdp passes without its mark. Parking
+ * changes nothing a packet carries once every flow is native: GRO merges
+ * only packets of equal hash and metadata, and a change of either in mid
+ * flow lets the rest of a TCP write overtake its held first segments. */
+#define STEER_F_NATIVE (1U << 7)
 
 #define STEER_MAP_TYPE_CPUMAP 16  /* BPF_MAP_TYPE_CPUMAP */
 #define STEER_META_MAGIC 0x52584c31U /* "RXL1": XDP metadata, packet saw steer_xdp */
@@ -36,6 +43,16 @@
  * so the next device's RPS is skipped and the stage runs where it runs
  * without steering (vanilla: no RPS-to-self backlog hop). */
 #define STEER_DIRECT 0xfffe
+/* steer_flow.committed of a stage whose packets carry the node's own
+ * identity (STEER_F_NATIVE): the entry leaves the hash alone, steer_xdp
+ * passes without its mark, later stages leave the packet alone. A flow
+ * moves in or out of it only on a packet whose predecessor at that hook
+ * ended a GRO batch (TCP FIN/SYN/RST/PSH/URG or no payload; anything not
+ * TCP): no packet of the flow is then held by a GRO layer, so none can be
+ * overtaken by one that cannot merge with it. Out of it a flow goes direct
+ * first (native packets carry no number and are not counted, so only a
+ * direct packet delivered after them shows they left). */
+#define STEER_NATIVE 0xfffd
 
 
 /* steer_dev.flags. Go: devByMAC, devEntry, devOff, devByIP */
@@ -159,6 +176,14 @@ struct steer_guard {
 	__u32 direct_in;
 	__u32 direct_out;
 	__u32 direct; /* 1: the entry sends the flow direct now */
+	/* 1: the entry leaves the flow's packets native now: later stages
+	 * leave them alone, the done hook takes no number from their hash. */
+	__u32 native;
+	/* The flow's last packet at the entry / last frame at steer_xdp
+	 * ended a GRO batch (see STEER_NATIVE). */
+	__u8 entry_flush;
+	__u8 xdp_flush;
+	__u16 pad;
 };
 
 /* Value of the cpumap. */

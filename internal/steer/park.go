@@ -32,12 +32,22 @@ import (
 // find the maps through the held programs' IDs (openMaps).
 //
 // park runs once the entry sends every flow direct and the guard saw
-// them drained, so no packet is on a steered CPU when RPS changes back;
-// unpark runs before a trial of the steered placement, in the reverse
-// order: unparked with steering off (direct), then steering's rps_cpus
-// (hash 0 skips RPS, so nothing moves), then XDP (passing while off).
-// Both are journaled first (kindPark); disable undoes a parked state as
-// any other, each undo harmless when its change is not in place.
+// them drained, so no packet is on a steered CPU when RPS changes back.
+// Then every flow moves, through the guard, to the node's own packet
+// identity (flagNative: the kernel's hash, no XDP mark), and only then
+// are the programs parked and detached, so parking changes nothing a
+// packet carries. Without that step one TCP write in 4-8 park runs
+// overtook its own first segments: GRO merges only packets of equal hash
+// and XDP metadata, and the write's last segment, which could not merge
+// with the held ones before it, left while they waited for the end of
+// the poll (docs/steer.md, "the park reorder"). unpark runs before a
+// trial of the steered placement, in the reverse order: attached while
+// parked (the programs return at once), unparked (every flow new, so
+// native, what parked packets carry: a flow new to the programs starts
+// native, at enable too), the flows moved to direct through the guard, then
+// steering's rps_cpus (hash 0 skips RPS, so nothing moves). Both are
+// journaled first (kindPark); disable undoes a parked state as any
+// other, each undo harmless when its change is not in place.
 
 // kindPark journals the datapath parked or unparked (parkIntent).
 const kindPark = "park"
@@ -202,6 +212,17 @@ func (p *parking) park(drain time.Duration) error {
 	if !parkSkip["rps"] {
 		errs = append(errs, restoreRPS(p.st.RPS))
 	}
+	// Native before parked (direct packets skip RPS, native ones meet
+	// the node's own rps_cpus: restored first, they take the same CPUs).
+	if !parkSkip["native"] {
+		nativeAt := monotonicNs()
+		if err := setFlags(p.m, flagNative, 0); err != nil {
+			return err
+		}
+		if !pollUntil(drain, time.Millisecond, func() (bool, error) { return native(p.m, nativeAt) }) {
+			DrainTimeouts.Add(1)
+		}
+	}
 	if !parkSkip["flag"] {
 		errs = append(errs, setFlag(p.m, flagParked, true))
 	}
@@ -229,7 +250,7 @@ func (p *parking) unpark() error {
 	if err := p.journal(false, ""); err != nil {
 		return err
 	}
-	// The filters first: parked, their programs return at once.
+	// The filters and XDP first: parked, their programs return at once.
 	for i, a := range p.st.Attachments {
 		if prog := p.tc[i]; prog != nil {
 			if err := p.reattach(i, a, prog); err != nil {
@@ -237,28 +258,39 @@ func (p *parking) unpark() error {
 			}
 		}
 	}
+	if fs := p.st.FirstStage; fs != nil && p.xdp != nil && !parkSkip["xdp"] {
+		if err := attachXDP(p.st.Netns, fs.Device, p.xdp.FD()); err != nil {
+			return err
+		}
+	}
 	// Nothing touched the guard or the flows while parked (no done hook
-	// counted direct packets): they start again as new.
-	if err := emptyMap(p.m.SteerGuards); err != nil {
+	// counted direct packets): the flows start again as new, their
+	// guards fresh but kept, which tells the programs that the flow's
+	// packets may be in flight, parked: it starts native (what they
+	// carry) and changes only through the guard.
+	if err := freshGuards(p.m.SteerGuards); err != nil {
 		return err
 	}
 	if err := emptyMap(p.m.SteerFlows); err != nil {
 		return err
 	}
-	if err := setFlag(p.m, flagParked, false); err != nil {
+	// Unparked, every flow is new to the programs and starts native, the
+	// identity parked packets have (nothing changes), then moves to
+	// direct through the guard (hash 0, at the end of a GRO batch).
+	if err := setFlags(p.m, 0, flagParked|flagNative); err != nil {
 		return err
 	}
-	// Packets that left the entry while parked carry the kernel's hash,
-	// which a later stage would read as a steering number, and once
-	// steering's rps_cpus are back it would send them through an
-	// RPS-to-self backlog hop that the direct packets behind them skip
-	// (caught by the reorder test: 38 datagrams). So steering's rps_cpus
-	// wait until every active flow had a direct packet delivered: on the
-	// node's own path, which parked and direct packets share, everything
-	// before it was delivered too. A flow shows up once a packet after
-	// the flag reaches the entry: unparkQuiet gives every flow faster
-	// than 500 packets/s one (a slower one has next to nothing in
-	// flight: a timing bound, as the guard's settle time).
+	// Packets that left the entry native carry the kernel's hash, which
+	// a later stage would read as a steering number, and once steering's
+	// rps_cpus are back it would send them through an RPS-to-self
+	// backlog hop that the direct packets behind them skip (caught by
+	// the reorder test: 38 datagrams). So steering's rps_cpus wait until
+	// every active flow had a direct packet delivered: on the node's own
+	// path, which native and direct packets share, everything before it
+	// was delivered too. A flow shows up once a packet after the flag
+	// reaches the entry: unparkQuiet gives every flow faster than 500
+	// packets/s one (a slower one has next to nothing in flight: a
+	// timing bound, as the guard's settle time).
 	time.Sleep(unparkQuiet)
 	if !waitDirectDelivered(p.m, DrainTimeout) {
 		DrainTimeouts.Add(1)
@@ -266,11 +298,6 @@ func (p *parking) unpark() error {
 	mask := CPUMask(p.st.CPUs)
 	for _, s := range p.st.Stages {
 		if err := setRPS(s.Netns, s.Device, mask, func(RPSChange) error { return nil }); err != nil {
-			return err
-		}
-	}
-	if fs := p.st.FirstStage; fs != nil && p.xdp != nil && !parkSkip["xdp"] {
-		if err := attachXDP(p.st.Netns, fs.Device, p.xdp.FD()); err != nil {
 			return err
 		}
 	}
@@ -295,7 +322,7 @@ func directDelivered(m *steerMaps) (bool, error) {
 	var g guardEntry
 	it := m.SteerGuards.Iterate()
 	for it.Next(&k, &g) {
-		if now-g.LastNs <= uint64(activeWindow) && g.DirectOut == 0 {
+		if now-g.LastNs <= uint64(activeWindow) && (g.DirectOut == 0 || g.Native != 0) {
 			return false, nil
 		}
 	}
@@ -359,17 +386,43 @@ func attachmentNetns(st *State, a Attachment) string {
 
 // setFlag sets or clears a flag of the program's config.
 func setFlag(m *steerMaps, flag uint32, set bool) error {
+	if set {
+		return setFlags(m, flag, 0)
+	}
+	return setFlags(m, 0, flag)
+}
+
+// setFlags sets the flags set and clears the flags clear of the
+// program's config in one write.
+func setFlags(m *steerMaps, set, clear uint32) error {
 	var cfg steerConfig
 	if err := m.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("read steer config: %w", err)
 	}
-	if set {
-		cfg.Flags |= flag
-	} else {
-		cfg.Flags &^= flag
-	}
+	cfg.Flags = cfg.Flags&^clear | set
 	if err := m.SteerConfig.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write steer config: %w", err)
+	}
+	return nil
+}
+
+// freshGuards resets every guard to a new one's state (the programs do
+// not touch them while parked).
+func freshGuards(m *ebpf.Map) error {
+	var k uint32
+	var g guardEntry
+	var keys []uint32
+	it := m.Iterate()
+	for it.Next(&k, &g) {
+		keys = append(keys, k)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("list %s: %w", m, err)
+	}
+	for _, k := range keys {
+		if err := m.Update(k, guardEntry{DoneSeq: 0xffff}, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("reset %s: %w", m, err)
+		}
 	}
 	return nil
 }
@@ -402,8 +455,8 @@ func emptyMap(m *ebpf.Map) error {
 	return nil
 }
 
-// parkSkip leaves parts of park's changes out ("rps", "xdp", "filters",
-// "done", "stages", "flag"): an experiment knob for the reorder test
+// parkSkip leaves parts of park's changes out ("rps", "native", "xdp",
+// "filters", "done", "stages", "flag"): an experiment knob for the reorder test
 // (RXLANE_PARK_SKIP, scripts/reorder-bench PARKSKIP), which showed that
 // none of them alone causes the park reorder (docs/steer.md). Only tests
 // set it; empty, park is as described above.

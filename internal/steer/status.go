@@ -185,9 +185,30 @@ func drained(m *steerMaps, offAt uint64) (bool, error) {
 			}
 		case Reason(f.Reason) == ReasonStatic: // numbering only
 		default:
-			if Reason(f.Reason) != ReasonOff || f.Committed != committedDirect {
+			// native: the node's own path (a park cut short)
+			if Reason(f.Reason) != ReasonOff || f.Committed != committedDirect && f.Committed != committedNative {
 				return false, nil
 			}
+		}
+	}
+	return true, it.Err()
+}
+
+// native reports whether every flow-stage active since the native flag
+// was set at offAt (as drained) had its last packet after it and carries
+// the node's own identity (committedNative): then parking changes
+// nothing a packet carries.
+func native(m *steerMaps, offAt uint64) (bool, error) {
+	now := monotonicNs()
+	var k flowKey
+	var f flowEntry
+	it := m.SteerFlows.Iterate()
+	for it.Next(&k, &f) {
+		if now-f.LastNs > uint64(activeWindow) {
+			continue
+		}
+		if f.LastNs < offAt || f.Committed != committedNative {
+			return false, nil
 		}
 	}
 	return true, it.Err()

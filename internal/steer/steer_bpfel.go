@@ -84,6 +84,10 @@ type steerSteerGuard struct {
 	DirectIn    uint32
 	DirectOut   uint32
 	Direct      uint32
+	Native      uint32
+	EntryFlush  uint8
+	XdpFlush    uint8
+	Pad         uint16
 }
 
 type steerSteerIpKey struct {
