@@ -374,10 +374,13 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	count(reason);
 	bool ends = entry && ends_batch(skb, false, &keys);
 
-	/* Number the packet (entry) or read its number (later stages). */
+	/* Number the packet (entry) or read its number (later stages). A
+	 * number covers one GRO batch (steer_guard): the entry opens a new
+	 * one after a packet that ended a batch; a stage's CPU changes only
+	 * on the first packet of a batch. */
 	__u32 segs = segs_of(skb);
 	__u32 last = 0;
-	bool have = false, gnew = false;
+	bool have = false, gnew = false, batch_start = false;
 	if (entry) {
 		if (!g) {
 			struct steer_guard ng = {.done_seq = 0xffff};
@@ -386,16 +389,22 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 			gnew = true;
 		}
 		if (g) {
-			__u32 first = __sync_fetch_and_add(&g->next_seq, segs);
-			last = first + segs - 1;
+			batch_start = gnew || g->entry_flush;
+			if (batch_start)
+				last = __sync_fetch_and_add(&g->next_seq, 1);
+			else
+				last = g->next_seq - 1;
 			g->last_ns = now;
 			have = true;
 		}
 	} else if (g) {
 		last = hash_seq(skb->hash, n);
+		batch_start = f && f->num != (last | 0x10000);
 		have = true;
 	}
-	__u32 first = last - segs + 1;
+	if (f && !entry)
+		f->num = last | 0x10000;
+	__u32 first = last;
 
 	/* Into native from direct only (a numbered flow drains to direct
 	 * first). Out of native to direct while steering is off (native
@@ -427,10 +436,11 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 				/* every packet sent direct was delivered */
 				drained = have && g->direct_in == g->direct_out && now - g->done_ns >= cfg->settle_ns;
 			else
-				/* every packet before this one delivered (or
+				/* the first packet of a batch, and every
+				 * packet of the batches before it delivered (or
 				 * dropped: a later delivery supersedes it) */
-				drained = have && ((g->done_seq + 1 - first) & 0xffff) == 0 &&
-					  now - g->done_ns >= cfg->settle_ns;
+				drained = have && batch_start && ((g->done_seq + 1 - first) & 0xffff) == 0 &&
+					  g->done_flush && now - g->done_ns >= cfg->settle_ns;
 			bool idle = cfg->idle_ms && f->last_ns && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
 			if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
 				f->committed = want;
@@ -438,8 +448,10 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 				count(S_SWITCH);
 				/* Direct packets carry no number: their predecessors
 				 * are all delivered now, say so for later stages. */
-				if (old == STEER_DIRECT && entry && g)
+				if (old == STEER_DIRECT && entry && g) {
 					g->done_seq = (first - 1) & 0xffff;
+					g->done_flush = 1;
+				}
 			} else {
 				use = old;
 				__sync_fetch_and_add(&f->deferred, 1);
@@ -514,7 +526,8 @@ int steer_entry(struct __sk_buff *skb)
 
 /* steer_done, on the tc ingress of each container device (the last
  * device of the path, after the last steered queue): records the number
- * of the flow's last delivered packet for the guard. */
+ * of the flow's last delivered packet for the guard, and whether it ended
+ * its batch. */
 SEC("tc")
 int steer_done(struct __sk_buff *skb)
 {
@@ -537,9 +550,11 @@ int steer_done(struct __sk_buff *skb)
 	if (skb->hash == 0)
 		/* sent direct by the entry: counted, it carries no number */
 		__sync_fetch_and_add(&g->direct_out, segs_of(skb));
-	else if (!g->native)
+	else if (!g->native) {
 		/* (a native packet's hash is the kernel's: no number) */
 		g->done_seq = hash_seq(skb->hash, cfg->n_cpus);
+		g->done_flush = ends_batch(skb, false, &keys);
+	}
 	g->done_ns = bpf_ktime_get_ns();
 	g->done_cpu = bpf_get_smp_processor_id();
 	count(S_DONE);
@@ -622,7 +637,7 @@ int steer_xdp(struct xdp_md *ctx)
 			/* Every frame that passed here reached the entry, and
 			 * every packet the entry numbered (or sent direct,
 			 * without a number) was delivered. */
-			bool numbered = ((g->next_seq - 1 - g->done_seq) & 0xffff) == 0;
+			bool numbered = ((g->next_seq - 1 - g->done_seq) & 0xffff) == 0 && g->done_flush;
 			drained = g->xdp_frames == g->entry_frames && g->direct_in == g->direct_out && !g->native &&
 				  (g->direct || numbered) && now - g->done_ns >= cfg->settle_ns;
 		}

@@ -149,11 +149,18 @@ struct steer_flow {
 	__u32 rps_hash; /* the hash written for the next device's RPS */
 	__u32 committed; /* position + 1 of the committed CPU, 0: none yet */
 	__u32 want_cpu;  /* CPU the rule chose for the last packet */
-	__u32 pad;
+	/* Later stages: number of the last packet seen here | 0x10000 (0:
+	 * none), which tells the first packet of a batch. */
+	__u32 num;
 };
 
 /* In-flight guard, per flow (RFS's last_qtail idea). The entry program
- * numbers the flow's packets (16 bits, carried in the low bits of the
+ * numbers the flow's GRO batches (one number for every packet up to one
+ * that ends a batch, see STEER_NATIVE: a number per packet would give
+ * the packets of one TCP write different hashes, which the GRO layers
+ * after the entry never merge, and the write's last segment would
+ * overtake its held first ones), and calls them packets below. It
+ * numbers them (16 bits, carried in the low bits of the
  * written RPS hash, which survives decap, the bridge and the namespace
  * hop); the done program on the container device records the number of
  * the last packet delivered. A stage's CPU may change on a packet whose
@@ -183,7 +190,10 @@ struct steer_guard {
 	 * ended a GRO batch (see STEER_NATIVE). */
 	__u8 entry_flush;
 	__u8 xdp_flush;
-	__u16 pad;
+	/* The last packet the done hook saw ended a GRO batch: with
+	 * done_seq, every packet of batch done_seq was delivered. */
+	__u8 done_flush;
+	__u8 pad;
 };
 
 /* Value of the cpumap. */

@@ -302,7 +302,7 @@ func TestGuardDefersWhileInFlight(t *testing.T) {
 		if err := o.SteerGuards.Lookup(fh, &g); err != nil {
 			t.Fatal(err)
 		}
-		g.DoneSeq = seq
+		g.DoneSeq, g.DoneFlush = seq, 1 // seen, the last of its batch (UDP: each packet is one)
 		if err := o.SteerGuards.Put(fh, g); err != nil {
 			t.Fatal(err)
 		}
@@ -421,7 +421,7 @@ func TestGuardOffGoesDirect(t *testing.T) {
 	deliver := func(seq uint32) {
 		t.Helper()
 		g := guard()
-		g.DoneSeq = seq
+		g.DoneSeq, g.DoneFlush = seq, 1 // seen, the last of its batch (UDP: each packet is one)
 		if err := o.SteerGuards.Put(fh, g); err != nil {
 			t.Fatal(err)
 		}

@@ -63,7 +63,7 @@ type steerSteerFlow struct {
 	RpsHash   uint32
 	Committed uint32
 	WantCpu   uint32
-	Pad       uint32
+	Num       uint32
 }
 
 type steerSteerFlowKey struct {
@@ -87,7 +87,8 @@ type steerSteerGuard struct {
 	Native      uint32
 	EntryFlush  uint8
 	XdpFlush    uint8
-	Pad         uint16
+	DoneFlush   uint8
+	Pad         uint8
 }
 
 type steerSteerIpKey struct {
