@@ -368,7 +368,7 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	 * packet is left as the node's path has it. */
 	if (!entry && (skb->hash == 0 || (g && g->native))) {
 		count(S_OFF);
-		follow(f, skb->hash == 0 ? STEER_DIRECT : STEER_NATIVE, now, cur);
+		follow(f, g && g->native ? STEER_NATIVE : STEER_DIRECT, now, cur);
 		return TC_ACT_UNSPEC;
 	}
 	count(reason);
