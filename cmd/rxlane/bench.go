@@ -135,8 +135,12 @@ each idle and under every --bg-rates background flood (ready-made VXLAN
 frames injected at hostA's wire into a sink in ctrB). Prints the latency
 table (medians over repetitions, ranges), background delivered, receive CPU
 busy %, receive-CPU time per delivered background packet, packets
-delivered via the lane, and the goals of issue #17 with the measured value
-of each. Rows name the offered rate and show what the generator sent and
+delivered via the lane, the kernel's drop counters summed over repetitions
+for every flow (devices' tx+rx dropped, backlog, the receiving namespace's
+UDP receive errors; off the testbed the remote host's devices too, as
+remote:DEV: a veth wire's full ring counts its drops on the sender), the
+devices that dropped named under the table, and the goals of issue #17
+with the measured value of each. Rows name the offered rate and show what the generator sent and
 what the sink received. --plot draws the tail (CCDF, log-log) of every mode,
 one panel per load, like PRISM's Fig. 9.
 

@@ -2,10 +2,12 @@ package experiments
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -125,6 +127,53 @@ type CompareCase struct {
 	// Lost is the number of high-priority requests without a reply,
 	// summed over repetitions.
 	Lost int64 `json:"lost"`
+	// Drops sums the kernel's drop counters over repetitions, for every
+	// flow (the flood's drops are most of them): device tx+rx dropped by
+	// device (the node's, the pod's and, off the testbed, the remote
+	// host's as "remote:DEV"), the backlog (softnet_stat) and the
+	// receiving namespace's UDP receive errors. They say where the lost
+	// requests went.
+	Drops bench.Drops `json:"drops"`
+}
+
+// addDrops adds one repetition's drop counters.
+func (c *CompareCase) addDrops(d bench.Drops) {
+	c.Drops.Socket += d.Socket
+	c.Drops.Backlog += d.Backlog
+	if c.Drops.Devices == nil {
+		c.Drops.Devices = map[string]uint64{}
+	}
+	for dev, n := range d.Devices {
+		c.Drops.Devices[dev] += n
+	}
+}
+
+// deviceDrops renders a case's device drops, largest first ("remote:ens9
+// 87, flannel.1 2"), or "" when no device dropped.
+func (c *CompareCase) deviceDrops() string {
+	devs := slices.Collect(maps.Keys(c.Drops.Devices))
+	slices.SortFunc(devs, func(a, b string) int {
+		if x, y := c.Drops.Devices[a], c.Drops.Devices[b]; x != y {
+			return cmp.Compare(y, x)
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, d := range devs {
+		if n := c.Drops.Devices[d]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", d, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// deviceTotal is the sum of a case's device drops.
+func (c *CompareCase) deviceTotal() uint64 {
+	var n uint64
+	for _, v := range c.Drops.Devices {
+		n += v
+	}
+	return n
 }
 
 // Goal is one of issue #17's targets, evaluated on the run's medians.
@@ -504,6 +553,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 				cc.addLaneDelta(before, laneStats(dpo, rules, c.mode))
 				cc.Reps = append(cc.Reps, res)
 				cc.Lost += res.Lost
+				cc.addDrops(res.Drops)
 				bench.Progressf(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps sent, %.0f delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgSentPPS/1e3, res.BgDeliveredPPS/1e3)
 			}
 		}
@@ -740,17 +790,23 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "; cpu_dma_latency held at 0: %v\n\n", r.QoSHeld)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tload\tbg sent kpps\tbg delivered kpps\tp50\tp99\tp99.9\tp50 range\tp99 range\tlost\trx CPU busy %\trx CPU us/bg pkt\tvia lane\t")
+	fmt.Fprintln(tw, "mode\tload\tbg sent kpps\tbg delivered kpps\tp50\tp99\tp99.9\tp50 range\tp99 range\tlost\tdrops dev/backlog/sock\trx CPU busy %\trx CPU us/bg pkt\tvia lane\t")
 	for _, c := range r.Cases {
 		sent, dlv := "-", "-"
 		if c.BgRatePPS > 0 {
 			sent, dlv = fmt.Sprintf("%.1f", c.BgSentPPS.Median/1e3), fmt.Sprintf("%.1f", c.BgDeliveredPPS.Median/1e3)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%d\t\n", c.Mode, c.CaseResult.Load, sent, dlv,
-			bench.FmtUs(c.P50.Median), bench.FmtUs(c.P99.Median), bench.FmtUs(c.P999.Median), bench.FmtRange(c.P50), bench.FmtRange(c.P99), c.Lost, c.RxCPUBusyPct.Median, bench.FmtUsPkt(c.RxCPUUsPerBgPkt.Median), c.LanePackets)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%.0f\t%s\t%d\t\n", c.Mode, c.CaseResult.Load, sent, dlv,
+			bench.FmtUs(c.P50.Median), bench.FmtUs(c.P99.Median), bench.FmtUs(c.P999.Median), bench.FmtRange(c.P50), bench.FmtRange(c.P99), c.Lost,
+			c.deviceTotal(), c.Drops.Backlog, c.Drops.Socket, c.RxCPUBusyPct.Median, bench.FmtUsPkt(c.RxCPUUsPerBgPkt.Median), c.LanePackets)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(round-trip times in microseconds, medians over repetitions with their range; 'busy 150k' is the rate offered, 'bg sent' what the generator sent and 'bg delivered' what the sink in ctrB received; 'lost' sums requests without reply over repetitions; 'rx CPU us/bg pkt' is the receive CPU's busy time per delivered background packet; 'via lane' counts packets the lane delivered)")
+	fmt.Fprintln(w, "(round-trip times in microseconds, medians over repetitions with their range; 'busy 150k' is the rate offered, 'bg sent' what the generator sent and 'bg delivered' what the sink in ctrB received; 'lost' sums requests without reply over repetitions; 'drops dev/backlog/sock' sums the kernel's drop counters over repetitions for every flow, the flood's included: devices' tx+rx dropped (a veth wire whose receive ring is full drops at its sender), the backlog (softnet_stat), the receiving namespace's UDP receive errors; 'rx CPU us/bg pkt' is the receive CPU's busy time per delivered background packet; 'via lane' counts packets the lane delivered)")
+	for _, c := range r.Cases {
+		if d := c.deviceDrops(); d != "" {
+			fmt.Fprintf(w, "device drops, %s %s: %s\n", c.Mode, c.CaseResult.Load, d)
+		}
+	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GOAL\tVALUE\tLIMIT\tMET\tNOTE")

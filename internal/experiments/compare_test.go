@@ -210,3 +210,28 @@ func TestParseNodeKnowsTheRealFlannelNode(t *testing.T) {
 		t.Errorf("ParseNode(flanneld2): %v (want an error naming the kinds)", err)
 	}
 }
+
+// TestCompareCaseDrops: a case sums its repetitions' drop counters, and
+// the table shows the sums and names the devices that dropped, largest
+// first.
+func TestCompareCaseDrops(t *testing.T) {
+	c := synthCase(ModeVanilla, 150e3, 40, 120, 400, 150e3, 2.5, 16)
+	c.addDrops(bench.Drops{Socket: 7, Backlog: 1, Devices: map[string]uint64{"remote:ens9": 80, "flannel.1": 2}})
+	c.addDrops(bench.Drops{Socket: 3, Devices: map[string]uint64{"remote:ens9": 4, "cni0": 2}})
+	c.addDrops(bench.Drops{})
+	if c.Drops.Socket != 10 || c.Drops.Backlog != 1 || c.Drops.Devices["remote:ens9"] != 84 || c.Drops.Devices["flannel.1"] != 2 || c.Drops.Devices["cni0"] != 2 {
+		t.Fatalf("drops %+v", c.Drops)
+	}
+	rep := &CompareReport{Cases: []CompareCase{synthCase(ModeVanilla, 0, 40, 60, 100, 0, 0, 0), c}}
+	var b strings.Builder
+	rep.WriteTable(&b)
+	out := b.String()
+	for _, want := range []string{"drops dev/backlog/sock", " 88/1/10 ", "device drops, vanilla busy 150k: remote:ens9 84, cni0 2, flannel.1 2\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "device drops, vanilla idle") {
+		t.Errorf("a case without device drops is listed:\n%s", out)
+	}
+}

@@ -246,11 +246,24 @@ func (e *nodeEnv) runCase(ctx context.Context, o bench.LatencyOptions, load stri
 
 // sample reads the host's CPU counters, the pod's UDP counters and the
 // drop counters of the node's devices (the host's, a Docker sandbox's, the
-// pod's).
+// pod's) and of the sending side's (the remote host's, as "remote:DEV";
+// the prober's container's on a swarm, as "prober:DEV"). The sending side
+// matters: when the node's wire ring (a veth's, 256 entries) is full, the
+// kernel drops the frame in the sender's veth_xmit and counts it as
+// tx_dropped on the remote's wire, not on the node's (docs/lanes.md,
+// "Where the 150k losses go").
 func (e *nodeEnv) sample() (bench.Sample, error) {
 	s := bench.Sample{Links: map[string]testbed.DropCounters{}}
 	if err := testbed.LinkDropsAt(e.netns, "", s.Links); err != nil {
 		return s, err
+	}
+	if err := testbed.LinkDropsAt(e.remote, "remote:", s.Links); err != nil {
+		return s, err
+	}
+	if e.probeNetns != e.remote {
+		if err := testbed.LinkDropsAt(e.probeNetns, "prober:", s.Links); err != nil {
+			return s, err
+		}
 	}
 	if e.pod.HostNetns != e.netns { // Docker: the sandbox's bridge, vxlan0 and veths
 		if err := testbed.LinkDropsAt(e.pod.HostNetns, "", s.Links); err != nil {
