@@ -1135,6 +1135,14 @@ func (c *cpu) pickThread() {
 		c.runThread(t)
 		return
 	}
+	// the lowest nice among the threads with work (Apps[].Nice)
+	best := 0
+	first := true
+	for _, t := range c.threads {
+		if t.hasWork() && (first || t.app.spec.Nice < best) {
+			best, first = t.app.spec.Nice, false
+		}
+	}
 	for i := 0; i <= n; i++ {
 		j := (c.rr + i) % (n + 1)
 		if j == n {
@@ -1153,7 +1161,7 @@ func (c *cpu) pickThread() {
 			continue
 		}
 		t := c.threads[j]
-		if t.hasWork() {
+		if t.hasWork() && t.app.spec.Nice == best {
 			c.rr = (j + 1) % (n + 1)
 			c.lastSince = c.now() // a new slice
 			c.runThread(t)

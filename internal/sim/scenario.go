@@ -228,6 +228,10 @@ type AppSpec struct {
 	// not preempt (a generator's sendmmsg of a batch of packets on a
 	// PREEMPT_NONE kernel); softirqs and IRQs still do. 0: a receiver.
 	PeriodUs float64 `yaml:"period_us" json:"period_us,omitempty"`
+	// Nice orders the CPU's runnable threads when it picks one: the
+	// lowest nice runs first (ties take turns); it does not preempt a
+	// running thread (see kernel.thread_slice_us). 0 by default.
+	Nice int `yaml:"nice" json:"nice,omitempty"`
 }
 
 // Arrival is a flow's packet arrival process.

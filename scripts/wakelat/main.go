@@ -66,6 +66,7 @@ func main() {
 	busy := flag.Bool("busy", false, "run a nice 0 neighbour on --cpu")
 	burst := flag.Duration("burst", 0, "neighbour: spin this long, then sleep --gap (0: spin, never sleep)")
 	gap := flag.Duration("gap", 100*time.Microsecond, "neighbour: sleep between bursts")
+	rival := flag.Bool("rival", false, "also wake a nice 0 reader on --cpu just before the waiter: which runs first")
 	flag.Parse()
 	if *dur <= 0 || *dur > time.Minute || *every < 10*time.Microsecond || *cpu == *wcpu || *burst < 0 || *gap < 0 {
 		fmt.Fprintln(os.Stderr, "wakelat: want 0 < --duration <= 1m, --every >= 10us, --cpu != --waker-cpu, --burst and --gap >= 0")
@@ -102,9 +103,8 @@ func main() {
 			errs <- nil
 		}()
 	}
-	delays := make(chan []int64, 1)
-	go func() {
-		if err := pin(*cpu, -20); err != nil {
+	reader := func(fd, nice int, delays chan []int64) {
+		if err := pin(*cpu, nice); err != nil {
 			errs <- err
 			delays <- nil
 			return
@@ -112,7 +112,7 @@ func main() {
 		var out []int64
 		buf := make([]byte, 8)
 		for {
-			n, err := unix.Read(p[0], buf)
+			n, err := unix.Read(fd, buf)
 			t := now()
 			if err != nil || n < 8 {
 				break
@@ -124,7 +124,17 @@ func main() {
 			out = append(out, t-s)
 		}
 		delays <- out
-	}()
+	}
+	delays, rdelays := make(chan []int64, 1), make(chan []int64, 1)
+	go reader(p[0], -20, delays)
+	var r [2]int
+	if *rival {
+		if err := unix.Pipe2(r[:], unix.O_CLOEXEC); err != nil {
+			fmt.Fprintln(os.Stderr, "wakelat: pipe:", err)
+			os.Exit(1)
+		}
+		go reader(r[0], 0, rdelays)
+	}
 	if err := pin(*wcpu, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "wakelat:", err)
 		os.Exit(1)
@@ -135,11 +145,26 @@ func main() {
 	for now() < end {
 		sleepNs(int64(float64(every.Nanoseconds()) * (0.5 + rand.Float64())))
 		binary.LittleEndian.PutUint64(buf, uint64(now()))
+		if *rival {
+			unix.Write(r[1], buf)
+		}
 		unix.Write(p[1], buf)
 	}
 	binary.LittleEndian.PutUint64(buf, 0)
 	unix.Write(p[1], buf)
 	d := <-delays
+	var rd []int64
+	if *rival {
+		unix.Write(r[1], buf)
+		rd = <-rdelays
+		first := 0
+		for i := range min(len(d), len(rd)) {
+			if d[i] < rd[i] {
+				first++
+			}
+		}
+		fmt.Printf("rival (nice 0, woken first): the nice -20 waiter ran first in %d of %d wake-ups\n", first, min(len(d), len(rd)))
+	}
 	stop.Store(true)
 	if *busy {
 		if err := <-errs; err != nil {
