@@ -136,6 +136,37 @@ type thread struct {
 	// is running
 	jobs   int
 	curJob bool
+	// senders: the paced flows this thread sends (Pacer.App); curSend:
+	// the one whose packet the running chunk sends
+	senders []*sender
+	curSend *sender
+}
+
+// sender is a paced flow sent by a thread (Pacer.App): slot n is due at
+// start + n x gap; ready: woken, with a batch to send; left: packets of
+// the current batch still to send.
+type sender struct {
+	f      *flow
+	start  int64
+	gap    float64
+	lag, n int64
+	batch  int
+	left   int
+	ready  bool
+	cost   int64
+	wake   func()
+}
+
+func (t *thread) hasWork() bool {
+	if t.jobs > 0 || t.q.n > 0 {
+		return true
+	}
+	for _, s := range t.senders {
+		if s.ready {
+			return true
+		}
+	}
+	return false
 }
 
 type app struct {
@@ -183,8 +214,15 @@ type cpu struct {
 	threads   []*thread
 	rr        int
 	curThread *thread // owner of the thread slot; nil = ksoftirqd
-	kickSet   bool
-	kickFn    func()
+	// lastThread ran the last thread chunk, picked at lastSince
+	// (Kernel.ThreadSliceUs)
+	lastThread *thread
+	lastSince  int64
+	// wakeCharge: what the next thread chunk pays for leaving idle
+	// (Kernel.ThreadWakeNs)
+	wakeCharge int64
+	kickSet    bool
+	kickFn     func()
 
 	acct, acct0  [nKinds]int64
 	netRx, irqs  int64
@@ -257,6 +295,8 @@ type Model struct {
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
 	wakeNs                                                     int64 // what an idle CPU pays to start running (Kernel.WakeNs)
+	sliceNs                                                    int64 // Kernel.ThreadSliceUs
+	threadWakeNs                                               int64 // Kernel.ThreadWakeNs
 	remoteNs                                                   int64
 	txNs, coalesceNs                                           int64
 	warm, end                                                  int64
@@ -323,6 +363,8 @@ func (m *Model) setTimes() {
 	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
 	m.remoteNs = ns(k.RemoteStageNs)
 	m.wakeNs = ns(k.WakeNs)
+	m.sliceNs = ns(k.ThreadSliceUs * 1000)
+	m.threadWakeNs = ns(k.ThreadWakeNs)
 	m.txNs = ns(sc.NIC.TxNs)
 	m.coalesceNs = ns(sc.NIC.CoalesceUs * 1000)
 	m.restartLimit = k.RestartLimit
@@ -750,6 +792,10 @@ func (m *Model) startPaced(f *flow, start int64) {
 	gap := 1e9 * float64(batch) / a.RatePps
 	lag := int64(a.Pacer.MaxLag / batch)
 	late := a.Pacer.LateUs
+	if a.Pacer.App != "" {
+		m.startSender(f, start, gap, lag, batch)
+		return
+	}
 	var n int64 // the next slot
 	f.on = true
 	f.next = func() {
@@ -773,6 +819,71 @@ func (m *Model) startPaced(f *flow, start int64) {
 		}
 	}
 	m.sim.At(start, f.next)
+}
+
+// startSender makes a paced flow's sender a thread (Pacer.App): a wake-up
+// makes it ready; when its CPU runs it, it takes the slot as the pacer
+// does (skipping slots more than lag batches behind) and sends the batch
+// one packet per Pacer.NsPerPkt of CPU time (senderChunk, senderDone).
+func (m *Model) startSender(f *flow, start int64, gap float64, lag int64, batch int) {
+	a := &f.spec.Arrival
+	th := m.apps[a.Pacer.App].threads[0]
+	s := &sender{f: f, start: start, gap: gap, lag: lag, batch: batch, cost: ns(a.Pacer.NsPerPkt)}
+	s.wake = func() {
+		s.ready = true
+		th.cpu.kick()
+	}
+	th.senders = append(th.senders, s)
+	f.on = true
+	m.sim.At(start, s.wake)
+}
+
+// senderChunk starts the CPU time of s's next packet, first taking its
+// slot when a batch begins.
+func (c *cpu) senderChunk(t *thread, s *sender) {
+	if s.left == 0 {
+		now := c.now()
+		if cur := int64(float64(now-s.start) / s.gap); cur > s.n+s.lag {
+			s.n = cur - s.lag
+		}
+		s.n++
+		s.left = s.batch
+		if a := &s.f.spec.Arrival; a.Count > 0 {
+			s.left = min(s.left, a.Count-s.f.sent)
+		}
+	}
+	t.curSend = s
+	t.cost = s.cost
+	c.startThread(s.cost)
+}
+
+// senderDone sends the packet whose CPU time ended; after a batch, the
+// sender sleeps until its next slot's deadline (waking a drawn lateness
+// after it) unless that deadline has passed.
+func (c *cpu) senderDone(t *thread) {
+	m := c.m
+	s := t.curSend
+	t.curSend = nil
+	f := s.f
+	a := &f.spec.Arrival
+	if s.left > 0 {
+		f.sent++
+		s.left--
+		m.nicRx(m.newPacket(f))
+	}
+	if s.left > 0 {
+		return
+	}
+	if a.Count > 0 && f.sent >= a.Count {
+		s.ready = false
+		return
+	}
+	now := c.now()
+	if due := s.start + int64(math.Round(float64(s.n)*s.gap)); now < due {
+		s.ready = false
+		late := a.Pacer.LateUs
+		m.sim.At(due+ns(late[m.rng.IntN(len(late))]*1000), s.wake)
+	}
 }
 
 // nicRx is a packet arriving at the NIC: DMA to its Rx ring, IRQ if the
@@ -890,8 +1001,17 @@ func (c *cpu) kick() {
 func (c *cpu) kicked() {
 	c.kickSet = false
 	if c.idle() {
+		c.wakeCharge = c.m.threadWakeNs
 		c.next()
+		c.wakeCharge = 0
 	}
+}
+
+// startThread starts a thread chunk of cost, after the CPU's wake-up
+// when it was idle (Kernel.ThreadWakeNs).
+func (c *cpu) startThread(cost int64) {
+	c.start(lvlThread, cost+c.wakeCharge, kApp)
+	c.wakeCharge = 0
 }
 
 // raiseIRQ delivers a hard interrupt: a NIC ring's IRQ (n) or an IPI.
@@ -1010,6 +1130,19 @@ func (c *cpu) next() {
 
 func (c *cpu) pickThread() {
 	n := len(c.threads)
+	if t := c.lastThread; t != nil && c.m.sliceNs > 0 && c.now()-c.lastSince < c.m.sliceNs && t.hasWork() {
+		// run to parity: the running thread keeps the CPU within its slice
+		c.runThread(t)
+		return
+	}
+	// the lowest nice among the threads with work (Apps[].Nice)
+	best := 0
+	first := true
+	for _, t := range c.threads {
+		if t.hasWork() && (first || t.app.spec.Nice < best) {
+			best, first = t.app.spec.Nice, false
+		}
+	}
 	for i := 0; i <= n; i++ {
 		j := (c.rr + i) % (n + 1)
 		if j == n {
@@ -1028,32 +1161,54 @@ func (c *cpu) pickThread() {
 			continue
 		}
 		t := c.threads[j]
-		if t.jobs > 0 {
+		if t.hasWork() && t.app.spec.Nice == best {
 			c.rr = (j + 1) % (n + 1)
-			c.curThread = t
-			t.jobs--
-			t.curJob = true
-			t.cost = c.m.sample(t.app.spec.Cost, 0, 1)
-			c.start(lvlThread, t.cost, kApp)
-			return
-		}
-		if t.q.n > 0 {
-			c.rr = (j + 1) % (n + 1)
-			c.curThread = t
-			p := t.q.pop()
-			t.cur = p
-			t.cost = c.m.sample(t.app.spec.Cost, p.size, 1)
-			c.start(lvlThread, t.cost, kApp)
+			c.lastSince = c.now() // a new slice
+			c.runThread(t)
 			return
 		}
 	}
 	if c.deferred && !c.pending {
 		c.deferred = false
 	}
+	// the CPU goes idle: the next thread picked starts a slice
+	c.lastThread = nil
+}
+
+// runThread starts thread t's next chunk: a load job, a packet to
+// receive, or a packet to send.
+func (c *cpu) runThread(t *thread) {
+	c.curThread = t
+	c.lastThread = t
+	if t.jobs > 0 {
+		t.jobs--
+		t.curJob = true
+		t.cost = c.m.sample(t.app.spec.Cost, 0, 1)
+		c.startThread(t.cost)
+		return
+	}
+	if t.q.n > 0 {
+		p := t.q.pop()
+		t.cur = p
+		t.cost = c.m.sample(t.app.spec.Cost, p.size, 1)
+		c.startThread(t.cost)
+		return
+	}
+	for _, s := range t.senders {
+		if s.ready {
+			c.senderChunk(t, s)
+			return
+		}
+	}
 }
 
 func (c *cpu) threadDone() {
 	t := c.curThread
+	if t.curSend != nil {
+		c.senderDone(t)
+		c.next()
+		return
+	}
 	if t.curJob {
 		t.curJob = false
 		c.next()

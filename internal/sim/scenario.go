@@ -71,6 +71,19 @@ type Kernel struct {
 	// busier the CPU is. 0 by default.
 	WakeNs           float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
 	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
+	// ThreadSliceUs lets a thread with work left keep its CPU until it
+	// has run this long since it was picked, before another runnable
+	// thread gets it (EEVDF's RUN_TO_PARITY: a woken task, whatever its
+	// nice, does not preempt the running one before that one has run its
+	// slice; a task that blocks earlier gives the CPU up then). Softirqs
+	// and IRQs still preempt it. 0 (default): threads alternate per
+	// chunk (a packet, a job).
+	ThreadSliceUs float64 `yaml:"thread_slice_us" json:"thread_slice_us,omitempty"`
+	// ThreadWakeNs is CPU time an idle CPU pays before a thread woken on
+	// it runs (the IPI that wakes it, leaving the idle state, the switch
+	// to the thread): as WakeNs, for a thread instead of an interrupt.
+	// 0 by default.
+	ThreadWakeNs float64 `yaml:"thread_wake_ns" json:"thread_wake_ns,omitempty"`
 	// Stalls take CPUs away from the guest now and then (nil: never).
 	Stalls *Stalls `yaml:"stalls" json:"stalls,omitempty"`
 }
@@ -215,6 +228,10 @@ type AppSpec struct {
 	// not preempt (a generator's sendmmsg of a batch of packets on a
 	// PREEMPT_NONE kernel); softirqs and IRQs still do. 0: a receiver.
 	PeriodUs float64 `yaml:"period_us" json:"period_us,omitempty"`
+	// Nice orders the CPU's runnable threads when it picks one: the
+	// lowest nice runs first (ties take turns); it does not preempt a
+	// running thread (see kernel.thread_slice_us). 0 by default.
+	Nice int `yaml:"nice" json:"nice,omitempty"`
 }
 
 // Arrival is a flow's packet arrival process.
@@ -246,6 +263,13 @@ type Arrival struct {
 type Pacer struct {
 	LateUs []float64 `yaml:"late_us" json:"late_us"`
 	MaxLag int       `yaml:"max_lag" json:"max_lag"` // packets [128]
+	// App makes the sender a thread of that app (its first thread): a
+	// wake-up makes it runnable, and it sends each packet at the end of
+	// NsPerPkt of its CPU time, so a sender that waits for its CPU sends
+	// late (and catches up, or skips, as above). "" (default): packets
+	// leave at the wake-up, whatever the CPU runs.
+	App      string  `yaml:"app" json:"app,omitempty"`
+	NsPerPkt float64 `yaml:"ns_per_pkt" json:"ns_per_pkt,omitempty"`
 }
 
 // FlowSpec is one flow.
@@ -518,7 +542,7 @@ func (s *Scenario) normalizeKernel() error {
 			return err
 		}
 	}
-	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs, "wake_ns": k.WakeNs} {
+	for name, v := range map[string]float64{"softirq_entry_ns": k.SoftirqEntryNs, "softirq_exit_ns": k.SoftirqExitNs, "isr_ns": k.ISRNs, "ipi_ns": k.IPINs, "poll_ns": k.PollNs, "preempt_penalty_ns": k.PreemptPenaltyNs, "remote_stage_ns": k.RemoteStageNs, "wake_ns": k.WakeNs, "thread_slice_us": k.ThreadSliceUs, "thread_wake_ns": k.ThreadWakeNs} {
 		if v < 0 {
 			return fmt.Errorf("kernel.%s: must be >= 0", name)
 		}
@@ -834,6 +858,9 @@ func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 		if x.App != "" && !apps[x.App] {
 			return fmt.Errorf("%s.app: unknown app %q", f, x.App)
 		}
+		if p := x.Arrival.Pacer; p != nil && p.App != "" && !apps[p.App] {
+			return fmt.Errorf("%s.arrival.pacer.app: unknown app %q", f, p.App)
+		}
 		if x.Size == 0 {
 			x.Size = 64
 		}
@@ -880,6 +907,9 @@ func checkArrival(f string, x *FlowSpec) error {
 		}
 		if p.MaxLag < 0 {
 			return fmt.Errorf("%s.arrival.pacer.max_lag: must be >= 0 packets", f)
+		}
+		if p.NsPerPkt < 0 || math.IsInf(p.NsPerPkt, 0) || (p.App == "" && p.NsPerPkt != 0) {
+			return fmt.Errorf("%s.arrival.pacer.ns_per_pkt: must be >= 0, and only with pacer.app", f)
 		}
 	}
 	switch a.Type {

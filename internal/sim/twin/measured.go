@@ -273,6 +273,7 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 	// under load minus idle, in the first file that has both for vanilla
 	// (the calibration case's file first)
 	appNote := ""
+	var appRate, appBusy float64 // the application CPU's case: rate, busy % above idle
 	for _, m := range append([]*Measured{src}, calib...) {
 		idle, ok := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1})
 		if !ok || idle.AppBusyPct == nil {
@@ -280,7 +281,8 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		}
 		for _, c := range m.Cases {
 			if c.Bench == BenchLatency && c.Mode == ModeVanilla && c.RatePPS > 0 && c.AppBusyPct != nil && c.DeliveredPPS != nil && c.DeliveredPPS.Median > 0 {
-				n.AppNsPerPkt = round1(math.Max(0, c.AppBusyPct.Median-idle.AppBusyPct.Median) / 100 / c.DeliveredPPS.Median * 1e9)
+				appRate, appBusy = c.RatePPS, math.Max(0, c.AppBusyPct.Median-idle.AppBusyPct.Median)
+				n.AppNsPerPkt = round1(appBusy / 100 / c.DeliveredPPS.Median * 1e9)
 				appNote = fmt.Sprintf("busy %.1f%% at %.0f kpps minus %.1f%% idle (%s)", c.AppBusyPct.Median, c.DeliveredPPS.Median/1e3, idle.AppBusyPct.Median, m.Source)
 				break
 			}
@@ -303,20 +305,47 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 	// receive CPU's time per packet (nearly proportional to the scale)
 	// and per idle request (wake-up plus the request's own path)
 	s := 1.0
-	for i := 0; i < 4; i++ {
-		_, _, us, err := n.rawLatency(rate, s)
-		if err != nil {
-			return nil, err
+	appFitNote := ""
+	for round := 0; round < 2; round++ {
+		for i := 0; i < 4; i++ {
+			_, _, us, err := n.rawLatency(rate, s)
+			if err != nil {
+				return nil, err
+			}
+			if us <= 0 {
+				return nil, fmt.Errorf("%w: the model delivers nothing at the calibration rate %.0f pps", ErrInput, rate)
+			}
+			s *= van.RxUsPerPkt.Median / us
+			if idleRx > 0 {
+				path := s * (tc.Wire.PerPacketNs + tc.GRO.PerPacketNs + tc.Backlog.PerPacketNs + tc.Wire.PollNs + tc.GRO.PollNs + tc.Backlog.PollNs)
+				n.WakeNs = round1(math.Max(0, idleRx-path))
+				wakeNote = fmt.Sprintf("wake-up %.0f ns: receive CPU busy %.0f ns per request at idle minus the request's path %.0f ns", n.WakeNs, idleRx, path)
+			}
 		}
-		if us <= 0 {
-			return nil, fmt.Errorf("%w: the model delivers nothing at the calibration rate %.0f pps", ErrInput, rate)
+		if n.GenShare == 0 {
+			break
 		}
-		s *= van.RxUsPerPkt.Median / us
-		if idleRx > 0 {
-			path := s * (tc.Wire.PerPacketNs + tc.GRO.PerPacketNs + tc.Backlog.PerPacketNs + tc.Wire.PollNs + tc.GRO.PollNs + tc.Backlog.PollNs)
-			n.WakeNs = round1(math.Max(0, idleRx-path))
-			wakeNote = fmt.Sprintf("wake-up %.0f ns: receive CPU busy %.0f ns per request at idle minus the request's path %.0f ns", n.WakeNs, idleRx, path)
+		// the application CPU's scheduling (GenShare > 0): the CPU pays
+		// the receive CPU's wake-up when a thread wakes it from idle, so
+		// its time per packet is fitted (bisection) to give the measured
+		// busy time at the application CPU's case's rate in the model
+		n.AppWakeNs = n.WakeNs
+		lo, hi := 0.0, 2*n.AppNsPerPkt
+		for i := 0; i < 14; i++ {
+			n.AppNsPerPkt = (lo + hi) / 2
+			p, err := n.predict(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: appRate, Flows: 1}, s)
+			if err != nil {
+				return nil, err
+			}
+			if p.AppBusyPct > appBusy {
+				hi = n.AppNsPerPkt
+			} else {
+				lo = n.AppNsPerPkt
+			}
 		}
+		n.AppNsPerPkt = round1((lo + hi) / 2)
+		appFitNote = fmt.Sprintf("; in the model with the CPU's wake-ups (%.0f ns each, the receive CPU's), %.0f ns per packet gives that busy time: generator %.0f ns per packet sent, sink %.0f per packet read, threads run to parity within a %.0f us slice",
+			n.AppWakeNs, n.AppNsPerPkt, n.GenShare*n.AppNsPerPkt, (1-n.GenShare)*n.AppNsPerPkt, n.AppSliceUs)
 	}
 	n.Scale = math.Round(s*1000) / 1000
 	// the round trip outside the receive path: from the idle vanilla
@@ -350,7 +379,7 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		fmt.Sprintf("stage costs: trace %s (%s on CPU %d: wire %s, gro %s, backlog %s)", tracePath, tc.Wire.Device, tc.Wire.CPU, tc.Wire.Method, tc.GRO.Method, tc.Backlog.Method),
 		fmt.Sprintf("scale %.3f: untraced receive CPU %.2f us per packet at %.0f kpps (%s)", n.Scale, van.RxUsPerPkt.Median, rate/1e3, src.Source),
 		baseNote,
-		fmt.Sprintf("application CPU %d: %.0f ns per background packet: %s", n.AppCPU, n.AppNsPerPkt, appNote),
+		fmt.Sprintf("application CPU %d: %.0f ns per background packet: %s%s", n.AppCPU, n.AppNsPerPkt, appNote, appFitNote),
 		wakeNote,
 		"IPI 500 ns: not measured (falcon-vm.yaml's assumption)")
 	for _, lm := range []struct {

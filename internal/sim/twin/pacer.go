@@ -21,6 +21,10 @@ type PacerFile struct {
 	IntervalUs float64   `json:"interval_us"`
 	Samples    int       `json:"samples"`
 	LateUs     []float64 `json:"late_us"`
+	// AgentNsPerPkt: each bench agent's CPU time (utime + stime) per
+	// background packet over the same window (scripts/twin-appcpu:
+	// inject, sink, echo, probe); optional.
+	AgentNsPerPkt map[string]float64 `json:"agent_ns_per_pkt,omitempty"`
 }
 
 // StallFile is scripts/spingap's --json output (written with this type).
@@ -45,6 +49,15 @@ type Extras struct {
 	// Stalls: scripts/spingap's file (UseStalls).
 	Stalls string
 }
+
+// appSliceUs: how long a running nice 0 thread that has just woken keeps
+// its CPU against a woken nice -20 one (EEVDF's RUN_TO_PARITY), as
+// scripts/wakelat measured it on this VM: a neighbour's bursts of 0.1, 1
+// and 3 ms after a sleep as long were each waited out whole (delay max
+// 0.2, 1.4 and 3.0 ms); only a thread that never sleeps is preempted at
+// once (p50 26 us). The twin's threads never run that long, so the value
+// only has to exceed their bursts.
+const appSliceUs = 3000
 
 // UseStalls takes the receive CPU away as scripts/spingap measured it
 // there (a SCHED_FIFO spinner, as the wire's NAPI thread, with no
@@ -101,6 +114,13 @@ func (n *Node) UsePacer(path string) error {
 	s := append([]float64(nil), p.LateUs...)
 	sort.Float64s(s)
 	n.PacerLateUs = s
+	if g, k := p.AgentNsPerPkt["inject"], p.AgentNsPerPkt["sink"]; g > 0 && k > 0 {
+		// the application CPU's scheduling (Node.GenShare)
+		n.GenShare = math.Round(1000*g/(g+k)) / 1000
+		n.AppSliceUs = appSliceUs
+		n.Notes = append(n.Notes, fmt.Sprintf("application CPU's scheduling: generator %.0f and sink %.0f ns of their own CPU per packet (the pacer file's agents): the generator sends %.1f%% of the CPU time per packet; a running thread keeps the CPU until it blocks, up to %.0f us (scripts/wakelat)",
+			g, k, 100*n.GenShare, n.AppSliceUs))
+	}
 	q := func(f float64) float64 { return s[int(f*float64(len(s)-1))] }
 	n.Notes = append(n.Notes, fmt.Sprintf("generator: paced, wakes late by p50 %.0f / p90 %.0f / p99 %.0f / max %.0f us (%d samples at a %.0f us interval; %s), catches up at most 128 packets back to back",
 		q(0.5), q(0.9), q(0.99), s[len(s)-1], p.Samples, p.IntervalUs, p.Note))

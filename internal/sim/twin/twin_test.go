@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -20,20 +21,34 @@ const testdata = "../testdata/twin"
 // application CPU at 150 kpps (scripts/twin-appcpu).
 func calibrated(t *testing.T) (*Node, *Measured) {
 	t.Helper()
+	calOnce.Do(func() { calNode, calDocs, calErr = calibrate() })
+	if calErr != nil {
+		t.Fatal(calErr)
+	}
+	n := *calNode // each test gets its own copy
+	return &n, calDocs
+}
+
+// the calibration is deterministic and takes seconds: done once
+var (
+	calOnce sync.Once
+	calNode *Node
+	calDocs *Measured
+	calErr  error
+)
+
+func calibrate() (*Node, *Measured, error) {
 	docs, err := LoadMeasured(filepath.Join(testdata, "measured-docs.json"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	app, err := LoadMeasured(filepath.Join(testdata, "appcpu-compare-100k.json"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	n, err := CalibrateWith(filepath.Join(testdata, "trace-100k.json.gz"), []*Measured{docs, app}, 150e3,
 		Extras{Pacer: filepath.Join(testdata, "pacelat-150k.json"), Stalls: filepath.Join(testdata, "spingap-rx.json")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n, docs
+	return n, docs, err
 }
 
 func TestCalibrateTraceThreadedWire(t *testing.T) {
@@ -60,19 +75,20 @@ func TestCalibrateTraceThreadedWire(t *testing.T) {
 }
 
 // knownMisses are the goals the model does not meet (docs/sim.md, "The
-// twin": the lanes' 150k tail; 300k, where the machine's wire ring
-// overflows (2% lost) and the model's, fed by the same catch-up bursts and
-// stalls, hardly does; four rankings where the model orders two lanes as
-// the measured medians do, by more than their ranges overlap). A new miss
-// fails the test, so every goal not listed is asserted met, among them
-// the ones the model's mechanisms brought in: the lanes' idle p99 (the
-// offpath's spread), vanilla's 300k p99 and the queue lane's 300k p50
-// (the generator's catch-up bursts and the receive CPU's stalls). A fixed
-// one is logged.
+// twin": the sync lane's 150k tail and its 300k p50, the lanes' 300k
+// tails; four rankings where the model orders two lanes as the measured
+// medians do, by more than their ranges overlap). A new miss fails the
+// test, so every goal not listed is asserted met, among them the ones the
+// model's mechanisms brought in: the lanes' idle p99 (the offpath's
+// spread), the queue lane's 300k p50 (the generator's catch-up bursts and
+// the receive CPU's stalls), the queue lane's 150k p99 and vanilla's 300k
+// p50 (the application CPU's scheduling). A fixed one is logged.
+// fragile: vanilla's 300k p99 (410 us against a range from 428) and the
+// 150k p99 ranking of the lanes (49 us apart against a 41 us overlap)
+// are met with some seeds of the model and missed with others (docs/sim.md).
 var knownMisses = []string{
 	"latency lanes-sync 150k p99_us",
-	"latency lanes-queue 150k p99_us",
-	"latency vanilla 300k p50_us",
+	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p50_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p99_us",
@@ -81,6 +97,13 @@ var knownMisses = []string{
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k p99_us lanes-sync vs lanes-queue",
 }
+
+// Floors: what TestOutOfSample reaches (docs/sim.md's validation table);
+// fewer fails it.
+const (
+	floorGoals = 32 // of 37
+	floorRanks = 24 // of 28
+)
 
 // TestOutOfSample calibrates once and predicts every other measured case
 // without refitting, against issue 23's goals.
@@ -111,13 +134,16 @@ func TestOutOfSample(t *testing.T) {
 		}
 	}
 	// what holds, stated directly
-	counted := 0
+	counted, met := 0, 0
 	for _, r := range v.Rows {
 		if r.Calibration {
 			continue
 		}
 		for _, c := range r.Checks {
 			counted++
+			if c.Met {
+				met++
+			}
 			switch {
 			case c.Stat == "delivered_pps" && !c.Met:
 				t.Errorf("%s %s %.0f: delivered %.0f vs %.0f (%+.0f%%): every delivered rate must be within 15%%", r.Prediction.Bench, r.Prediction.Mode, r.Prediction.RatePPS, c.Pred, c.Median, 100*c.Err)
@@ -144,8 +170,8 @@ func TestOutOfSample(t *testing.T) {
 			}
 		}
 	}
-	if bad > 4 || len(v.Ranks) < 20 {
-		t.Errorf("%d of %d rankings missed, want at most 4", bad, len(v.Ranks))
+	if met < floorGoals || len(v.Ranks)-bad < floorRanks || len(v.Ranks) < 20 {
+		t.Errorf("%d of %d goals and %d of %d rankings met, want at least %d and %d", met, counted, len(v.Ranks)-bad, len(v.Ranks), floorGoals, floorRanks)
 	}
 }
 
