@@ -300,9 +300,10 @@ type FlowStage struct {
 	OffLoad  uint64 `json:"off_by_load"`
 	Deferred uint64 `json:"guard_deferred"`
 	Switches uint64 `json:"switches"`
-	// InFlight is the flow's packets numbered at the entry and not yet
-	// seen delivered (the guard's view; drops count until a later packet
-	// is delivered).
+	// InFlight is the flow's GRO batches numbered at the entry and not
+	// yet seen delivered (the guard numbers batches: one number up to a
+	// segment that ends one, e.g. TCP PSH; every UDP datagram is one;
+	// drops count until a later batch is delivered).
 	InFlight uint32 `json:"in_flight"`
 	// DeliveredCPU ran the flow's last stage for its last delivered
 	// packet (seen by the done hook on the container device).
