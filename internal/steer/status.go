@@ -167,31 +167,17 @@ func drained(m *steerMaps, offAt uint64) (bool, error) {
 	if m.SteerFlows == nil {
 		return true, nil // parked: every flow on the node's own path
 	}
-	now := monotonicNs()
-	var k flowKey
-	var f flowEntry
-	it := m.SteerFlows.Iterate()
-	for it.Next(&k, &f) {
-		if now-f.LastNs > uint64(activeWindow) {
-			continue
-		}
-		if f.LastNs < offAt {
-			return false, nil // no packet since off yet
-		}
+	return everyActiveFlow(m, offAt, func(k flowKey, f flowEntry) bool {
 		switch {
 		case k.StageId&stageXDP != 0:
-			if Reason(f.Reason) != ReasonOff || f.Cpu != f.WantCpu {
-				return false, nil
-			}
+			return Reason(f.Reason) == ReasonOff && f.Cpu == f.WantCpu
 		case Reason(f.Reason) == ReasonStatic: // numbering only
+			return true
 		default:
 			// native: the node's own path (a park cut short)
-			if Reason(f.Reason) != ReasonOff || f.Committed != committedDirect && f.Committed != committedNative {
-				return false, nil
-			}
+			return Reason(f.Reason) == ReasonOff && (f.Committed == committedDirect || f.Committed == committedNative)
 		}
-	}
-	return true, it.Err()
+	})
 }
 
 // native reports whether every flow-stage active since the native flag
@@ -199,6 +185,13 @@ func drained(m *steerMaps, offAt uint64) (bool, error) {
 // the node's own identity (committedNative): then parking changes
 // nothing a packet carries.
 func native(m *steerMaps, offAt uint64) (bool, error) {
+	return everyActiveFlow(m, offAt, func(_ flowKey, f flowEntry) bool { return f.Committed == committedNative })
+}
+
+// everyActiveFlow reports whether every flow-stage active since offAt (a
+// packet after the monotonic time offAt, or still within activeWindow)
+// had its last packet after offAt and satisfies ok.
+func everyActiveFlow(m *steerMaps, offAt uint64, ok func(flowKey, flowEntry) bool) (bool, error) {
 	now := monotonicNs()
 	var k flowKey
 	var f flowEntry
@@ -207,7 +200,7 @@ func native(m *steerMaps, offAt uint64) (bool, error) {
 		if now-f.LastNs > uint64(activeWindow) {
 			continue
 		}
-		if f.LastNs < offAt || f.Committed != committedNative {
+		if f.LastNs < offAt || !ok(k, f) {
 			return false, nil
 		}
 	}
