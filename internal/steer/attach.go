@@ -594,6 +594,9 @@ func Enable(o Options) (st *State, err error) {
 				return st, err
 			}
 		}
+		if err := wireGROOn(o.Netns, fs, func(p PeerOffload) error { return j.intent(kindWireGRO, p) }); err != nil {
+			return st, err
+		}
 		// Attached with the first stage off (XDP_PASS: the path of an
 		// unsteered packet); turned on with the rest below. Disable
 		// detaches only this program ID.
@@ -670,7 +673,7 @@ func disable(st *State) error {
 		}
 	}
 	if fs := st.FirstStage; fs != nil {
-		errs = append(errs, restorePeerTx(fs.PeerTx))
+		errs = append(errs, restorePeerTx(fs.PeerTx), restoreWireGRO(fs.WireGRO))
 	}
 	// A parked datapath's pins: the last references to its programs.
 	errs = append(errs, unpin(st.PinDir))

@@ -37,9 +37,13 @@ type FirstStage struct {
 	// PeerTx is the sender end's checksum offload that enable turned off
 	// (--sender-tx-off), to be restored.
 	PeerTx *PeerOffload `json:"peer_tx,omitempty"`
+	// WireGRO is Device's GRO that enable turned on (a veth with GRO
+	// off; see wireGROOn), to be restored.
+	WireGRO *PeerOffload `json:"wire_gro,omitempty"`
 }
 
-// PeerOffload is a device's tx checksum offload before enable changed it.
+// PeerOffload is a device's offload (tx checksum for PeerTx, GRO for
+// WireGRO) before enable changed it.
 type PeerOffload struct {
 	Netns string `json:"netns"`
 	Dev   string `json:"dev"`
@@ -109,12 +113,55 @@ func senderTxOff(hostNS string, fs *FirstStage, record func(PeerOffload) error) 
 	})
 }
 
+// wireGROOn turns GRO on at the first stage's device when it is a veth
+// with GRO off (journaled with record first, into fs.WireGRO). A veth
+// receives through its own NAPI (with GRO) only while XDP is attached or
+// GRO is on; otherwise veth_xmit queues to the backlog with netif_rx. The
+// closed loop's park detaches XDP and unpark attaches it again, so with
+// GRO off each would move the receive path between the backlog and the
+// veth's NAPI in mid-flow, and the first packets on the new path could be
+// polled before the last ones on the old (read in drivers/net/veth.c; the
+// testbed's wire has GRO on already, so not measured here); detaching
+// also frees what is still in the veth's ring. With GRO on the path is
+// the NAPI throughout, as a NIC driver's always is; the change happens
+// once, at enable (and back at disable), instead of at every park.
+func wireGROOn(hostNS string, fs *FirstStage, record func(PeerOffload) error) error {
+	return inNetnsSysfs(hostNS, func() error {
+		l, err := netlink.LinkByName(fs.Device)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", fs.Device, err)
+		}
+		if _, ok := l.(*netlink.Veth); !ok {
+			return nil
+		}
+		on, err := ethtool.GetIn("", fs.Device, ethtool.GRO)
+		if err != nil || on {
+			return err
+		}
+		if err := record(PeerOffload{Netns: hostNS, Dev: fs.Device, Prev: false}); err != nil {
+			return err
+		}
+		_, err = ethtool.SetIn("", fs.Device, ethtool.GRO, true)
+		return err
+	})
+}
+
 func restorePeerTx(p *PeerOffload) error {
+	return restoreOffload(p, ethtool.TxCsum)
+}
+
+func restoreWireGRO(p *PeerOffload) error {
+	return restoreOffload(p, ethtool.GRO)
+}
+
+// restoreOffload sets offload o of p's device back (nothing when p is
+// nil or the device or its namespace is gone).
+func restoreOffload(p *PeerOffload, o ethtool.Offload) error {
 	if p == nil {
 		return nil
 	}
 	err := inNetnsSysfs(p.Netns, func() error {
-		_, err := ethtool.SetIn("", p.Dev, ethtool.TxCsum, p.Prev)
+		_, err := ethtool.SetIn("", p.Dev, o, p.Prev)
 		if errors.Is(err, unix.ENODEV) {
 			return nil
 		}

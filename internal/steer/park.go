@@ -280,15 +280,17 @@ func (p *parking) unpark() error {
 	if err := setFlags(p.m, 0, flagParked|flagNative); err != nil {
 		return err
 	}
-	// Packets that left the entry native carry the kernel's hash, which
-	// a later stage would read as a steering number, and once steering's
-	// rps_cpus are back it would send them through an RPS-to-self
-	// backlog hop that the direct packets behind them skip (caught by
-	// the reorder test: 38 datagrams). So steering's rps_cpus wait until
+	// Packets that left the entry native carry the kernel's hash (the
+	// guards say native, so no later stage reads it as a number), and
+	// once steering's rps_cpus are back RPS would move them to another
+	// CPU, or through an RPS-to-self backlog hop that the direct packets
+	// behind them skip (caught by the reorder test: 38 datagrams, and
+	// 9-17 in 3 of 45 loop-cpumap runs with a 2 ms quiet time before
+	// the 20 ms below). So steering's rps_cpus wait until
 	// every active flow had a direct packet delivered: on the node's own
 	// path, which native and direct packets share, everything before it
 	// was delivered too. A flow shows up once a packet after the flag
-	// reaches the entry: unparkQuiet gives every flow faster than 500
+	// reaches the entry: unparkQuiet gives every flow faster than 50
 	// packets/s one (a slower one has next to nothing in flight: a
 	// timing bound, as the guard's settle time).
 	time.Sleep(unparkQuiet)
@@ -307,7 +309,10 @@ func (p *parking) unpark() error {
 
 // unparkQuiet is how long unpark waits for the flows' first direct
 // packets before it looks at their deliveries.
-const unparkQuiet = 2 * time.Millisecond
+// 20 ms: ten times what a flow of 500 packets/s needs, and twice the
+// longest stall of a vCPU seen on the lab VM (9.5 ms, docs/lanes.md),
+// during which a flow's next packet cannot reach the entry.
+const unparkQuiet = 20 * time.Millisecond
 
 // waitDirectDelivered polls until every flow active since unpark (its
 // guard made by the entry within activeWindow) had a direct packet seen
@@ -406,8 +411,8 @@ func setFlags(m *steerMaps, set, clear uint32) error {
 	return nil
 }
 
-// freshGuards resets every guard to a new one's state (the programs do
-// not touch them while parked).
+// freshGuards resets every guard to a new one's state, native (the
+// programs do not touch them while parked).
 func freshGuards(m *ebpf.Map) error {
 	var k uint32
 	var g guardEntry
@@ -419,8 +424,11 @@ func freshGuards(m *ebpf.Map) error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("list %s: %w", m, err)
 	}
+	// Native: a packet that left the entry while parked carries the
+	// kernel's hash, which no later stage or done hook may read as a
+	// number.
 	for _, k := range keys {
-		if err := m.Update(k, guardEntry{DoneSeq: 0xffff}, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := m.Update(k, guardEntry{DoneSeq: 0xffff, Native: 1}, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("reset %s: %w", m, err)
 		}
 	}

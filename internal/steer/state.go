@@ -27,6 +27,8 @@ const (
 	kindXDP = "xdp"
 	// kindSenderTx: the sender end's tx checksum offload (PeerOffload).
 	kindSenderTx = "sender_tx"
+	// kindWireGRO: the first stage's veth's GRO (PeerOffload).
+	kindWireGRO = "wire_gro"
 	// kindRPS: one rx queue's rps_cpus (RPSChange with the old value).
 	kindRPS = "rps"
 )
@@ -65,7 +67,7 @@ func (st *State) record(kind string, data []byte) error {
 			return err
 		}
 		st.RPS = append(st.RPS, c)
-	case kindXDP, kindSenderTx:
+	case kindXDP, kindSenderTx, kindWireGRO:
 		if st.FirstStage == nil {
 			return fmt.Errorf("%s without a first stage", kind)
 		}
@@ -80,6 +82,10 @@ func (st *State) record(kind string, data []byte) error {
 		var p PeerOffload
 		if err := json.Unmarshal(data, &p); err != nil {
 			return err
+		}
+		if kind == kindWireGRO {
+			st.FirstStage.WireGRO = &p
+			return nil
 		}
 		st.FirstStage.PeerTx = &p
 	case kindPark:

@@ -569,8 +569,8 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 // stages run on the cpumap CPU 1 (the done hook sees its deliveries there),
 // datagrams sent by a socket arrive (the sender end's tx checksum offload
 // is off), in order; disable restores hostA, hostB and ctrB byte for byte
-// (rps_cpus, qdiscs, filters, XDP, offload features), and the flow is back
-// on CPU 0.
+// (rps_cpus, qdiscs, filters, XDP, offload features: the wire's GRO,
+// on while enabled, is off again), and the flow is back on CPU 0.
 func TestFirstStageCpumapOnTestbed(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("skipping: needs 2 CPUs")
@@ -582,6 +582,11 @@ func TestFirstStageCpumapOnTestbed(t *testing.T) {
 	// hostA's end the offload a veth has by default, which is what
 	// --sender-tx-off must turn off and restore.
 	if _, err := ethtool.SetIn(testbed.NetnsPath(tb, testbed.HostA), testbed.WireA, ethtool.TxCsum, true); err != nil {
+		t.Fatal(err)
+	}
+	// And hostB's end GRO off, a veth's default (the testbed turns it on
+	// to poll like a NIC), which enable must turn on and disable off.
+	if _, err := ethtool.SetIn(testbed.NetnsPath(tb, testbed.HostB), testbed.WireB, ethtool.GRO, false); err != nil {
 		t.Fatal(err)
 	}
 	rx := listen(t, tb, testbed.CtrB, "198.19.0.2:7200")
@@ -602,8 +607,13 @@ func TestFirstStageCpumapOnTestbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.FirstStage == nil || st.FirstStage.XDPProgID == 0 || st.FirstStage.PeerTx == nil {
+	if st.FirstStage == nil || st.FirstStage.XDPProgID == 0 || st.FirstStage.PeerTx == nil || st.FirstStage.WireGRO == nil {
 		t.Fatalf("first stage %+v", st.FirstStage)
+	}
+	// The veth wire polls by its NAPI whether XDP is attached or not
+	// (GRO on), so parking does not move its receive path.
+	if on, err := ethtool.GetIn(testbed.NetnsPath(tb, testbed.HostB), testbed.WireB, ethtool.GRO); err != nil || !on {
+		t.Fatalf("wire GRO on %v (%v), want on while the first stage is enabled", on, err)
 	}
 	if before == snap() {
 		t.Fatal("enable changed nothing")
