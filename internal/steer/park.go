@@ -285,7 +285,7 @@ func (p *parking) unpark() error {
 	// once steering's rps_cpus are back RPS would move them to another
 	// CPU, or through an RPS-to-self backlog hop that the direct packets
 	// behind them skip (caught by the reorder test: 38 datagrams, and
-	// 9-17 in 3 of 45 loop-cpumap runs with a 2 ms quiet time before
+	// 9-17 in 4 of 96 loop-cpumap runs with a 2 ms quiet time before
 	// the 20 ms below). So steering's rps_cpus wait until
 	// every active flow had a direct packet delivered: on the node's own
 	// path, which native and direct packets share, everything before it
