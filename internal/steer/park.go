@@ -36,15 +36,15 @@ import (
 // Then every flow moves, through the guard, to the node's own packet
 // identity (flagNative: the kernel's hash, no XDP mark), and only then
 // are the programs parked and detached, so parking changes nothing a
-// packet carries. Without that step one TCP write in 4-8 park runs
-// overtook its own first segments: GRO merges only packets of equal hash
+// packet carries. Without that step one TCP write overtook its own
+// first segments in 8 of 30 loop-cpumap runs: GRO merges only packets of equal hash
 // and XDP metadata, and the write's last segment, which could not merge
 // with the held ones before it, left while they waited for the end of
 // the poll (docs/steer.md, "the park reorder"). unpark runs before a
 // trial of the steered placement, in the reverse order: attached while
-// parked (the programs return at once), unparked (every flow new, so
-// native, what parked packets carry: a flow new to the programs starts
-// native, at enable too), the flows moved to direct through the guard, then
+// parked (the programs return at once), unparked (every flow new to the
+// programs but with its guard kept, so native, what parked packets
+// carry), the flows moved to direct through the guard, then
 // steering's rps_cpus (hash 0 skips RPS, so nothing moves). Both are
 // journaled first (kindPark); disable undoes a parked state as any
 // other, each undo harmless when its change is not in place.
