@@ -379,7 +379,7 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	 * one after a packet that ended a batch; a stage's CPU changes only
 	 * on the first packet of a batch. */
 	__u32 segs = segs_of(skb);
-	__u32 last = 0;
+	__u32 num = 0;
 	bool have = false, gnew = false, batch_start = false;
 	if (entry) {
 		if (!g) {
@@ -391,20 +391,19 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 		if (g) {
 			batch_start = gnew || g->entry_flush;
 			if (batch_start)
-				last = __sync_fetch_and_add(&g->next_seq, 1);
+				num = __sync_fetch_and_add(&g->next_seq, 1);
 			else
-				last = g->next_seq - 1;
+				num = g->next_seq - 1;
 			g->last_ns = now;
 			have = true;
 		}
 	} else if (g) {
-		last = hash_seq(skb->hash, n);
-		batch_start = f && f->num != (last | 0x10000);
+		num = hash_seq(skb->hash, n);
+		batch_start = f && f->num != (num | 0x10000);
 		have = true;
 	}
 	if (f && !entry)
-		f->num = last | 0x10000;
-	__u32 first = last;
+		f->num = num | 0x10000;
 
 	/* Into native from direct only (a numbered flow drains to direct
 	 * first). Out of native to direct while steering is off (native
@@ -439,7 +438,7 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 				/* the first packet of a batch, and every
 				 * packet of the batches before it delivered (or
 				 * dropped: a later delivery supersedes it) */
-				drained = have && batch_start && ((g->done_seq + 1 - first) & 0xffff) == 0 &&
+				drained = have && batch_start && ((g->done_seq + 1 - num) & 0xffff) == 0 &&
 					  g->done_flush && now - g->done_ns >= cfg->settle_ns;
 			bool idle = cfg->idle_ms && f->last_ns && now - f->last_ns > (__u64)cfg->idle_ms * 1000000;
 			if (drained || idle || (cfg->flags & STEER_F_NO_GUARD)) {
@@ -449,7 +448,7 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 				/* Direct packets carry no number: their predecessors
 				 * are all delivered now, say so for later stages. */
 				if (old == STEER_DIRECT && entry && g) {
-					g->done_seq = (first - 1) & 0xffff;
+					g->done_seq = (num - 1) & 0xffff;
 					g->done_flush = 1;
 				}
 			} else {
@@ -468,7 +467,7 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 		/* the kernel's hash stays */
 	} else if (use != STEER_DIRECT) {
 		use -= 1;
-		wh = rps_hash(use, n, last, fh);
+		wh = rps_hash(use, n, num, fh);
 	} else if (g) {
 		__sync_fetch_and_add(&g->direct_in, segs);
 	}
