@@ -491,6 +491,9 @@ func (e *Engine) PID() int {
 func (s *Swarm) DaemonPIDs() []int {
 	var out []int
 	for _, e := range []*Engine{s.Node, s.Remote} {
+		if e == nil {
+			continue // Close of a failed Up
+		}
 		pid := e.PID()
 		if pid == 0 {
 			continue
@@ -970,6 +973,13 @@ func (s *Swarm) Close() error {
 		}
 		cancel()
 	}
+	// containerd dumps its goroutine stacks to the temporary directory,
+	// named by its PID, when dockerd signals it on the way down: known
+	// before the stop, removed once it is gone (seen once in CI).
+	var stackLogs []string
+	for _, pid := range s.DaemonPIDs() {
+		stackLogs = append(stackLogs, filepath.Join(os.TempDir(), fmt.Sprintf("containerd.%d.stacks.log", pid)))
+	}
 	for _, e := range engines {
 		if e == nil {
 			continue
@@ -978,6 +988,11 @@ func (s *Swarm) Close() error {
 			errs = append(errs, err)
 		}
 		if err := e.reapLeftovers(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range stackLogs {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
