@@ -408,15 +408,20 @@ static __always_inline int steer_skb(struct __sk_buff *skb, __u32 devkey)
 	/* Into native from direct only (a numbered flow drains to direct
 	 * first). Out of native to direct while steering is off (native
 	 * packets carry no number: the direct ones behind them are counted);
-	 * with steering on, a native flow is one new to the entry, whose
-	 * packets so far took the node's path: it goes to its CPU at once
-	 * (at the end of a GRO batch). */
+	 * with steering on, a native flow is one whose first packet since
+	 * an unpark came after steering was turned on (a flow slower than
+	 * unpark's quiet time: its parked packets are that old): it goes to
+	 * its CPU at once (at the end of a GRO batch). */
 	bool native = entry && !(cfg->flags & STEER_F_ON) && (cfg->flags & STEER_F_NATIVE);
-	/* A flow new to the entry whose guard was there (unpark keeps the
-	 * guards, steer_xdp makes them too) may have packets in flight on
-	 * the node's own path: it starts native. A flow new to both has
-	 * nothing in flight: it starts where the rule puts it. */
-	if (entry && f && !f->committed && !gnew)
+	/* A flow new to the entry whose guard says native (unpark keeps the
+	 * guards, marked native) may have packets in flight on the node's
+	 * own path: it starts native. A flow new to both, or whose guard
+	 * steer_xdp just made for its first frame (which came through
+	 * steer_xdp), has nothing in flight elsewhere: it starts where the
+	 * rule puts it. (Native while steering is on would leave its
+	 * packets to RPS by the kernel's hash over steering's rps_cpus:
+	 * another CPU than the steered packets behind them.) */
+	if (entry && f && !f->committed && !gnew && g && g->native)
 		f->committed = STEER_NATIVE;
 	__u32 want = native ? STEER_NATIVE : direct ? STEER_DIRECT : idx + 1;
 	if (f && f->committed && f->committed != STEER_DIRECT && (want == STEER_NATIVE) != (f->committed == STEER_NATIVE) &&
@@ -612,18 +617,20 @@ int steer_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	/* committed values: position + 1, STEER_PASS (marked) or
 	 * STEER_NATIVE (unmarked: the node's own frames). Native is next to
-	 * PASS only, as the entry's native is next to direct, but for a flow
-	 * new here while the stage is on (see steer_skb). */
+	 * PASS only, even while the stage is on: native and passed frames
+	 * take the same CPU, so only the mark changes (at the end of a GRO
+	 * batch); a redirect waits for the guard to see every passed frame
+	 * delivered. */
 	__u32 val = want == STEER_PASS ? STEER_PASS : want + 1;
 	if ((cfg->flags & STEER_F_NATIVE) && want == STEER_PASS)
 		val = STEER_NATIVE;
-	/* A flow new here with a guard already there (see steer_skb) passed
-	 * without XDP so far: it starts native. */
+	/* A flow new here with a guard already there (unpark, or this
+	 * program attached after the tc entry saw the flow) passed without
+	 * XDP so far: it starts native. */
 	if (!f->committed && !gnew)
 		f->committed = STEER_NATIVE;
 	__u32 old = f->committed;
-	if (old && old != STEER_PASS && (val == STEER_NATIVE) != (old == STEER_NATIVE) &&
-	    !(old == STEER_NATIVE && (cfg->flags & STEER_F_FIRST_ON)))
+	if (old && old != STEER_PASS && (val == STEER_NATIVE) != (old == STEER_NATIVE))
 		val = STEER_PASS;
 	__u32 cv = val;
 	if (old && old != val) {

@@ -475,9 +475,17 @@ func Enable(o Options) (st *State, err error) {
 		return st, fmt.Errorf("load steer program: %w", err)
 	}
 	defer objs.Close()
-	// Attached "off" (every stage on the CPU it runs on without
-	// steering); turned on through the guard once RPS is in place.
-	flags := uint32(flagExcludeFirst)
+	// Attached native: every program leaves a packet as the node's path
+	// has it (the kernel's hash, no XDP mark), so attaching changes
+	// nothing a packet of a running flow carries; then "off" (direct:
+	// every stage on the CPU it runs on without steering) through the
+	// guard, and on through the guard once RPS is in place. Attached
+	// straight to direct, a TCP write whose first segments left the
+	// wire before the attach (kernel's hash) and whose last one after it
+	// (hash 0) could be split in gro_cells, which merges only equal
+	// hashes, and its last segment overtake the held first ones (the
+	// park reorder, docs/steer.md).
+	flags := uint32(flagExcludeFirst | flagNative)
 	if !o.Static {
 		flags |= flagDynamic
 	}
@@ -607,6 +615,11 @@ func Enable(o Options) (st *State, err error) {
 			return st, err
 		}
 	}
+	// Every program in place: off (direct), once every running flow's
+	// packets from before are delivered (as after an unpark).
+	if err := leaveNative(&objs.steerMaps, 0); err != nil {
+		return st, err
+	}
 	// RPS on the stages' devices: with steering off the written hash
 	// picks the CPU the stage already runs on, so nothing moves yet.
 	for _, s := range st.Stages {
@@ -650,17 +663,28 @@ func disable(st *State) error {
 	var errs []error
 	// Off first and wait until every active flow's stages are back on the
 	// CPUs they run on without steering (through the guard); only then
-	// RPS and the programs go, so disabling under load does not reorder.
-	if m, err := openMaps(st); err == nil {
+	// RPS goes, so disabling under load does not reorder. Then, as park
+	// does, every flow moves to the node's own packet identity (the
+	// kernel's hash, no XDP mark) before the programs go: detached while
+	// a TCP write's first segments carried steer_xdp's mark and its last
+	// did not, the write's last segment overtook the first ones in the
+	// wire's GRO (caught by scripts/tcp-reorder-probe, 1 of 50
+	// loop-cpumap runs).
+	m, err := openMaps(st)
+	if err == nil {
+		defer m.Close()
 		if err := setOn(m, false); err != nil {
 			errs = append(errs, err)
 		} else if !waitDrained(m, DrainTimeout) {
 			DrainTimeouts.Add(1)
 		}
-		m.Close()
 	}
 	disableStep("rps")
 	errs = append(errs, restoreRPS(st.RPS))
+	if m != nil {
+		disableStep("native")
+		errs = append(errs, enterNative(m, DrainTimeout))
+	}
 	disableStep("detach")
 	if fs := st.FirstStage; fs != nil && fs.XDPProgID != 0 {
 		errs = append(errs, detachXDP(st.Netns, fs.Device, fs.XDPProgID))

@@ -47,7 +47,10 @@ import (
 // carry), the flows moved to direct through the guard, then
 // steering's rps_cpus (hash 0 skips RPS, so nothing moves). Both are
 // journaled first (kindPark); disable undoes a parked state as any
-// other, each undo harmless when its change is not in place.
+// other, each undo harmless when its change is not in place. Enable
+// and disable take the same native steps (enterNative, leaveNative): a
+// program attached or detached under a running flow changes nothing its
+// packets carry.
 
 // kindPark journals the datapath parked or unparked (parkIntent).
 const kindPark = "park"
@@ -215,12 +218,8 @@ func (p *parking) park(drain time.Duration) error {
 	// Native before parked (direct packets skip RPS, native ones meet
 	// the node's own rps_cpus: restored first, they take the same CPUs).
 	if !parkSkip["native"] {
-		nativeAt := monotonicNs()
-		if err := setFlags(p.m, flagNative, 0); err != nil {
+		if err := enterNative(p.m, drain); err != nil {
 			return err
-		}
-		if !pollUntil(drain, time.Millisecond, func() (bool, error) { return native(p.m, nativeAt) }) {
-			DrainTimeouts.Add(1)
 		}
 	}
 	if !parkSkip["flag"] {
@@ -277,25 +276,8 @@ func (p *parking) unpark() error {
 	// Unparked, every flow is new to the programs and starts native, the
 	// identity parked packets have (nothing changes), then moves to
 	// direct through the guard (hash 0, at the end of a GRO batch).
-	if err := setFlags(p.m, 0, flagParked|flagNative); err != nil {
+	if err := leaveNative(p.m, flagParked); err != nil {
 		return err
-	}
-	// Packets that left the entry native carry the kernel's hash (the
-	// guards say native, so no later stage reads it as a number), and
-	// once steering's rps_cpus are back RPS would move them to another
-	// CPU, or through an RPS-to-self backlog hop that the direct packets
-	// behind them skip (caught by the reorder test: 38 datagrams, and
-	// 9-17 in 4 of 96 loop-cpumap runs with a 2 ms quiet time before
-	// the 20 ms below). So steering's rps_cpus wait until
-	// every active flow had a direct packet delivered: on the node's own
-	// path, which native and direct packets share, everything before it
-	// was delivered too. A flow shows up once a packet after the flag
-	// reaches the entry: unparkQuiet gives every flow faster than 50
-	// packets/s one (a slower one has next to nothing in flight: a
-	// timing bound, as the guard's settle time).
-	time.Sleep(unparkQuiet)
-	if !waitDirectDelivered(p.m, DrainTimeout) {
-		DrainTimeouts.Add(1)
 	}
 	mask := CPUMask(p.st.CPUs)
 	for _, s := range p.st.Stages {
@@ -307,7 +289,55 @@ func (p *parking) unpark() error {
 	return unpin(p.st.PinDir)
 }
 
-// unparkQuiet is how long unpark waits for the flows' first direct
+// enterNative sets the native flag and waits (at most timeout) until
+// every active flow-stage moved, through the guard, to the node's own
+// packet identity: then detaching the programs changes nothing a packet
+// carries. Park and disable call it with steering off and the node's
+// rps_cpus back (direct packets skip RPS, native ones meet the node's:
+// they take the same CPUs).
+func enterNative(m *steerMaps, timeout time.Duration) error {
+	if m.SteerFlows == nil {
+		return nil // parked: the node's own path already
+	}
+	nativeAt := monotonicNs()
+	if err := setFlags(m, flagNative, 0); err != nil {
+		return err
+	}
+	if !pollUntil(timeout, time.Millisecond, func() (bool, error) { return native(m, nativeAt) }) {
+		DrainTimeouts.Add(1)
+	}
+	return nil
+}
+
+// leaveNative clears the native flag (and the flags clear, in the same
+// write): every flow moves from the node's own packet identity to direct
+// through the guard. It returns once every active flow had a direct packet
+// delivered, so that steering's rps_cpus, written next, meet no packet
+// that left the entry native.
+//
+// Packets that left the entry native carry the kernel's hash (the guards
+// say native, so no later stage reads it as a number), and once
+// steering's rps_cpus are back RPS would move them to another CPU, or
+// through an RPS-to-self backlog hop that the direct packets behind them
+// skip (caught by the reorder test: 38 datagrams, and 9-17 in 4 of 96
+// loop-cpumap runs with 2 ms where unparkQuiet is now 20 ms). On
+// the node's own path, which native and direct packets share, everything
+// before a flow's first delivered direct packet was delivered too. A flow
+// shows up once a packet after the flag reaches the entry: unparkQuiet
+// gives every flow faster than 50 packets/s one (a slower one has next to
+// nothing in flight: a timing bound, as the guard's settle time).
+func leaveNative(m *steerMaps, clear uint32) error {
+	if err := setFlags(m, 0, clear|flagNative); err != nil {
+		return err
+	}
+	time.Sleep(unparkQuiet)
+	if !waitDirectDelivered(m, DrainTimeout) {
+		DrainTimeouts.Add(1)
+	}
+	return nil
+}
+
+// unparkQuiet is how long leaveNative waits for the flows' first direct
 // packets before it looks at their deliveries.
 // 20 ms: ten times what a flow of 500 packets/s needs, and twice the
 // longest stall of a vCPU seen on the lab VM (9.5 ms, docs/lanes.md),

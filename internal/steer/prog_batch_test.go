@@ -236,3 +236,104 @@ func TestNativeThroughGuard(t *testing.T) {
 		}
 	}
 }
+
+// firstStageOn loads the objects with steering and the XDP first stage on
+// (one cpumap CPU, CPU 0) and the test frames' tunnel leading to stage
+// vxIdx from the underlay keyed wireIdx.
+func firstStageOn(t *testing.T, n int, wireIdx, vxIdx uint32) *steerObjects {
+	t.Helper()
+	o := loadOn(t, n, flagFirstOn)
+	var cfg steerConfig
+	if err := o.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.N_first = 1
+	if err := o.SteerConfig.Put(uint32(0), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SteerFirstCpus.Put(uint32(0), uint32(0)); err != nil {
+		t.Fatal(err)
+	}
+	putWire(t, o, wireIdx, devEntry, steerDev{StageId: vxIdx})
+	return o
+}
+
+// xdp runs steer_xdp on frame and returns the flow's XDP stage (the test
+// run's ingress device is the loopback).
+func (b *batchFlow) xdp(frame []byte) flowEntry {
+	b.t.Helper()
+	if _, err := b.o.SteerXdp.Run(&ebpf.RunOptions{Data: frame}); err != nil {
+		b.t.Fatal(err)
+	}
+	var f flowEntry
+	if err := b.o.SteerFlows.Lookup(flowKey{FlowHash: b.fh, StageId: 1 | stageXDP}, &f); err != nil {
+		b.t.Fatal(err)
+	}
+	return f
+}
+
+// TestNewFlowWithXDPStartsOnItsCPU: a flow new to the node while the XDP
+// first stage and steering are on gets its guard from steer_xdp, on its
+// first frame; at the entry it must start where the rule puts it. Taken
+// for a flow with packets in flight on the node's path (native), its
+// first packets met RPS by the kernel's hash over steering's rps_cpus,
+// and the steered ones behind them could overtake them.
+func TestNewFlowWithXDPStartsOnItsCPU(t *testing.T) {
+	const wireIdx, vxIdx, n = 1, 5, 2
+	o := firstStageOn(t, n, wireIdx, vxIdx)
+	b := newBatchFlow(t, o, 6000, vxIdx)
+	if x := b.xdp(vxTCP(6000, tcpACK, 1448)); x.Committed != 1 {
+		t.Fatalf("XDP stage: committed %#x, want the first cpumap position (1)", x.Committed)
+	}
+	f, g := b.send(vxTCP(6000, tcpACK, 1448))
+	if f.Committed == committedNative || f.Committed == committedDirect || f.RpsHash == 0 || g.Native != 0 {
+		t.Fatalf("entry: committed %#x, hash %#x, guard native %d; want a CPU (steered hash)", f.Committed, f.RpsHash, g.Native)
+	}
+}
+
+// TestXDPNativeOnlyThroughPass: a flow whose guard unpark kept (native)
+// and whose first frame since meets the XDP stage on starts native (no
+// mark, the polling CPU), is marked at the end of a GRO batch (still the
+// polling CPU), and is redirected to the cpumap CPU only once every
+// marked frame reached the entry and was delivered. Native frames carry
+// no count: straight from native to the cpumap CPU, a redirected frame
+// could overtake native ones still in the later stages of the polling
+// CPU.
+func TestXDPNativeOnlyThroughPass(t *testing.T) {
+	const wireIdx, vxIdx, n = 1, 5, 2
+	o := firstStageOn(t, n, wireIdx, vxIdx)
+	b := newBatchFlow(t, o, 6000, vxIdx)
+	if err := o.SteerGuards.Put(b.fh, guardEntry{DoneSeq: 0xffff, Native: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const pass = 0xffff
+	for i, c := range []struct {
+		flags     byte
+		committed uint32
+	}{
+		{tcpACK, committedNative}, // new, its guard kept: native
+		{tcpACK | tcpPSH, committedNative},
+		{tcpACK, pass},          // after a batch's end: marked, not redirected
+		{tcpACK | tcpPSH, pass}, // its marked frames are not at the entry
+	} {
+		if x := b.xdp(vxTCP(6000, c.flags, 1448)); x.Committed != c.committed {
+			t.Fatalf("frame %d: committed %#x, want %#x", i, x.Committed, c.committed)
+		}
+	}
+	// Every marked frame reached the entry, which sends the flow direct,
+	// and every direct packet was delivered: the next frame is redirected.
+	var g guardEntry
+	if err := o.SteerGuards.Lookup(b.fh, &g); err != nil {
+		t.Fatal(err)
+	}
+	if g.XdpFrames != 2 {
+		t.Fatalf("marked frames %d, want 2", g.XdpFrames)
+	}
+	g.EntryFrames, g.Native, g.Direct, g.DirectIn, g.DirectOut = g.XdpFrames, 0, 1, 2, 2
+	if err := o.SteerGuards.Put(b.fh, g); err != nil {
+		t.Fatal(err)
+	}
+	if x := b.xdp(vxTCP(6000, tcpACK, 1448)); x.Committed != 1 || x.Switches != 2 {
+		t.Fatalf("drained: committed %#x, %d switches; want the cpumap position (1), 2", x.Committed, x.Switches)
+	}
+}

@@ -428,8 +428,11 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		case "rps":
 			sample(fmt.Sprintf("%d/drain", phase))
 			u.phase.Store(phase + 3000)
-		case "detach":
+		case "native":
 			sample(fmt.Sprintf("%d/rps", phase))
+			u.phase.Store(phase + 5000)
+		case "detach":
+			sample(fmt.Sprintf("%d/native", phase))
 			u.phase.Store(phase + 4000)
 		}
 	}
@@ -558,7 +561,7 @@ func runReorderScenario(t *testing.T, tb testbed.Config, o Options, heavyTCP, va
 		tx1["TCPSACKReorder"]-tx0["TCPSACKReorder"], tx1["TCPTSReorder"]-tx0["TCPTSReorder"])
 	res.udpRecv, res.udpReord = u.received.Load(), u.reordered.Load()
 	if len(u.byPhase) > 0 {
-		t.Logf("UDP reorders by phase (step number, 10 per round: enable, 4 loads, 3 thresholds, disable; +1000 while Enable runs, +2000 while Disable drains, +3000 while it restores rps_cpus, +4000 while it detaches): %v; first (late, highest, phase): %v", u.byPhase, u.events)
+		t.Logf("UDP reorders by phase (step number, 10 per round: enable, 4 loads, 3 thresholds, disable; +1000 while Enable runs, +2000 while Disable drains, +3000 while it restores rps_cpus, +5000 while it moves flows native, +4000 while it detaches): %v; first (late, highest, phase): %v", u.byPhase, u.events)
 	}
 	res.tcpBytes, res.tcpOFO, res.tcpCorrupt = s.bytes.Load(), rx1["TCPOFOQueue"]-rx0["TCPOFOQueue"], s.corrupt.Load()
 	return res
