@@ -282,9 +282,10 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 		heavyTCP bool
 		vanilla  bool // control: the same traffic, never steered
 		// tcpGap: TCP reordering is logged, not asserted (docs/steer.md,
-		// "Not done": with the cpumap first stage 5 of 30 runs queued
-		// 1-12 TCP segments out of order, during second-choice switches
-		// of the tc stages; UDP is still asserted).
+		// "Not done": with the cpumap first stage and scripted loads 2 of
+		// 20 runs queued a TCP segment out of order, before the fixes
+		// that made loop-cpumap clean; not measured since; UDP is still
+		// asserted).
 		tcpGap bool
 		// loop: the closed loop (Follow) switches placement mid-flow,
 		// parking and unparking the datapath, instead of scripted loads.
@@ -303,7 +304,9 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 		// reorder TCP? (logged only)
 		{"cpumap-fixed", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, false, false, true, false, false},
 		{"loop", Options{}, true, false, false, false, true},
-		{"loop-cpumap", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, true, false, false, true, true},
+		// strict for TCP too: 0 of 200 runs reordered since enable and
+		// disable take park's native steps (docs/steer.md)
+		{"loop-cpumap", Options{FirstStage: FirstStageCpumap, FirstCPUs: []int{0}, SenderTxOff: true}, true, false, false, false, true},
 	} {
 		name, guard := tc.name, tc.strict
 		variant := func(t *testing.T) {
@@ -318,10 +321,17 @@ func TestGuardNoReorderOnTestbed(t *testing.T) {
 			if r.tcpCorrupt {
 				t.Errorf("TCP stream corrupt")
 			}
-			if r.udpReord != 0 || (r.tcpOFO != 0 && !tc.tcpGap) {
-				t.Errorf("reordering with the guard: UDP %d datagrams, TCP %d segments out of order", r.udpReord, r.tcpOFO)
-			} else if r.tcpOFO != 0 {
+			// Segments behind a lost one are queued out of order too: a
+			// loss (retransmitted, never reported back as a duplicate)
+			// is not reordering, unless the sender saw reordering.
+			tcpReord := r.tcpSenderReorder != 0 || (r.tcpOFO != 0 && r.tcpLost == 0)
+			switch {
+			case r.udpReord != 0 || (tcpReord && !tc.tcpGap):
+				t.Errorf("reordering with the guard: UDP %d datagrams, TCP %d segments out of order (%d lost, %d reorderings seen by the sender)", r.udpReord, r.tcpOFO, r.tcpLost, r.tcpSenderReorder)
+			case tcpReord:
 				t.Logf("KNOWN GAP (docs/steer.md): TCP %d segments out of order", r.tcpOFO)
+			case r.tcpOFO != 0:
+				t.Logf("TCP %d segments out of order behind %d lost ones (a loss, not reordering)", r.tcpOFO, r.tcpLost)
 			}
 			if tc.loop {
 				if r.loopSwitches < 3 {
