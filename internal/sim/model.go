@@ -242,6 +242,9 @@ type flowStats struct {
 	name, lane      string
 	sent, delivered int64
 	dropped         int64
+	// skipped: packets of the slots a paced sender skipped in the window
+	// (Arrival.Pacer: more than max_lag behind)
+	skipped         int64
 	dropsAt         map[string]int64
 	bytes           int64
 	doneInWindow    int64
@@ -791,7 +794,6 @@ func (m *Model) startPaced(f *flow, start int64) {
 	batch := max(a.Batch, 1)
 	gap := 1e9 * float64(batch) / a.RatePps
 	lag := int64(a.Pacer.MaxLag / batch)
-	late := a.Pacer.LateUs
 	if a.Pacer.App != "" {
 		m.startSender(f, start, gap, lag, batch)
 		return
@@ -802,6 +804,7 @@ func (m *Model) startPaced(f *flow, start int64) {
 		for {
 			now := m.sim.Now()
 			if cur := int64(float64(now-start) / gap); cur > n+lag {
+				m.skip(f, cur-lag-n, batch)
 				n = cur - lag
 			}
 			n++
@@ -813,12 +816,30 @@ func (m *Model) startPaced(f *flow, start int64) {
 				return
 			}
 			if due := start + int64(math.Round(float64(n)*gap)); now < due {
-				m.sim.At(due+ns(late[m.rng.IntN(len(late))]*1000), f.next)
+				m.sim.At(due+m.lateness(a.Pacer), f.next)
 				return
 			}
 		}
 	}
 	m.sim.At(start, f.next)
+}
+
+// lateness draws a paced sender's wake-up lateness (ns): one of
+// LateUs, equally likely, or, with probability TailShare, one of TailUs
+// (the rare late wake-ups a quantile list cannot hold; the RNG is drawn
+// twice only then, so pacers without a tail replay as before).
+func (m *Model) lateness(p *Pacer) int64 {
+	if p.TailShare > 0 && m.rng.Float64() < p.TailShare {
+		return ns(p.TailUs[m.rng.IntN(len(p.TailUs))] * 1000)
+	}
+	return ns(p.LateUs[m.rng.IntN(len(p.LateUs))] * 1000)
+}
+
+// skip counts the packets of k slots a paced sender skipped.
+func (m *Model) skip(f *flow, k int64, batch int) {
+	if m.sim.Now() >= m.warm {
+		f.st.skipped += k * int64(batch)
+	}
 }
 
 // startSender makes a paced flow's sender a thread (Pacer.App): a wake-up
@@ -844,6 +865,7 @@ func (c *cpu) senderChunk(t *thread, s *sender) {
 	if s.left == 0 {
 		now := c.now()
 		if cur := int64(float64(now-s.start) / s.gap); cur > s.n+s.lag {
+			c.m.skip(s.f, cur-s.lag-s.n, s.batch)
 			s.n = cur - s.lag
 		}
 		s.n++
@@ -881,8 +903,7 @@ func (c *cpu) senderDone(t *thread) {
 	now := c.now()
 	if due := s.start + int64(math.Round(float64(s.n)*s.gap)); now < due {
 		s.ready = false
-		late := a.Pacer.LateUs
-		m.sim.At(due+ns(late[m.rng.IntN(len(late))]*1000), s.wake)
+		m.sim.At(due+m.lateness(a.Pacer), s.wake)
 	}
 }
 
