@@ -271,6 +271,9 @@ type flow struct {
 	// before)
 	offOn           bool
 	offMu, offSigma float64
+	// prng: a paced sender's own stream for its lateness (pacer with a
+	// tail; nil: the model's)
+	prng *rand.Rand
 }
 
 // z99 is the standard normal's 99th percentile.
@@ -580,6 +583,14 @@ func (m *Model) buildFlows(nRSS int) {
 			if o := sp.Offpath; o != nil {
 				f.offOn, f.offMu, f.offSigma = true, math.Log(o.P50Us*1000), math.Log(o.P99Us/o.P50Us)/z99
 			}
+			if p := sp.Arrival.Pacer; p != nil && p.TailShare > 0 {
+				// the sender's lateness draws its own stream: the same
+				// generator wakes at the same lateness in every scenario
+				// of one seed, whatever else draws (common random
+				// numbers: two modes differ by their mechanisms, not by
+				// which rare late wake-up each happened to draw)
+				f.prng = rand.New(rand.NewPCG(uint64(sc.Seed), 0x9ace0000+uint64(len(m.flows))))
+			}
 			if sp.Lane == "high" {
 				f.lane = laneHigh
 			}
@@ -816,7 +827,7 @@ func (m *Model) startPaced(f *flow, start int64) {
 				return
 			}
 			if due := start + int64(math.Round(float64(n)*gap)); now < due {
-				m.sim.At(due+m.lateness(a.Pacer), f.next)
+				m.sim.At(due+m.lateness(f), f.next)
 				return
 			}
 		}
@@ -826,13 +837,17 @@ func (m *Model) startPaced(f *flow, start int64) {
 
 // lateness draws a paced sender's wake-up lateness (ns): one of
 // LateUs, equally likely, or, with probability TailShare, one of TailUs
-// (the rare late wake-ups a quantile list cannot hold; the RNG is drawn
-// twice only then, so pacers without a tail replay as before).
-func (m *Model) lateness(p *Pacer) int64 {
-	if p.TailShare > 0 && m.rng.Float64() < p.TailShare {
-		return ns(p.TailUs[m.rng.IntN(len(p.TailUs))] * 1000)
+// (the rare late wake-ups a quantile list cannot hold), from the flow's
+// own stream when it has a tail (pacers without one replay as before).
+func (m *Model) lateness(f *flow) int64 {
+	p, r := f.spec.Arrival.Pacer, m.rng
+	if f.prng != nil {
+		r = f.prng
 	}
-	return ns(p.LateUs[m.rng.IntN(len(p.LateUs))] * 1000)
+	if p.TailShare > 0 && r.Float64() < p.TailShare {
+		return ns(p.TailUs[r.IntN(len(p.TailUs))] * 1000)
+	}
+	return ns(p.LateUs[r.IntN(len(p.LateUs))] * 1000)
 }
 
 // skip counts the packets of k slots a paced sender skipped.
@@ -903,7 +918,7 @@ func (c *cpu) senderDone(t *thread) {
 	now := c.now()
 	if due := s.start + int64(math.Round(float64(s.n)*s.gap)); now < due {
 		s.ready = false
-		m.sim.At(due+m.lateness(a.Pacer), s.wake)
+		m.sim.At(due+m.lateness(f), s.wake)
 	}
 }
 
