@@ -88,7 +88,9 @@ type InjectResult struct {
 	Failed  int64   `json:"failed"` // frames the kernel refused (e.g. ENOBUFS)
 	Seconds float64 `json:"seconds"`
 	RatePPS float64 `json:"rate_pps"`
-	Behind  int64   `json:"behind"` // batches sent late because the sender could not keep up
+	// Behind counts the batch slots the pacer skipped because the sender
+	// fell more than injectMaxLag packets behind its schedule (pacer.wait).
+	Behind int64 `json:"behind"`
 }
 
 // Run sends at rate packets/s until ctx ends, duration passes or, with

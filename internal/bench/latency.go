@@ -109,8 +109,12 @@ type RepResult struct {
 	Sent    int64   `json:"sent"`
 	Lost    int64   `json:"lost"`
 	// Background: what the generator sent and what the sink received.
-	BgSentPPS      float64    `json:"bg_sent_pps"`
-	BgDeliveredPPS float64    `json:"bg_delivered_pps"`
+	BgSentPPS      float64 `json:"bg_sent_pps"`
+	BgDeliveredPPS float64 `json:"bg_delivered_pps"`
+	// BgSkippedSlots: the generator's batch slots skipped because it fell
+	// more than injectMaxLag packets behind (InjectResult.Behind): the
+	// part of the background the generator never sent.
+	BgSkippedSlots int64      `json:"bg_skipped_slots"`
 	Drops          Drops      `json:"drops"`
 	CPUs           []CPUUsage `json:"cpus"`
 	// RxCPUUsPerBgPkt is the receive CPU's busy time over the case divided
@@ -323,6 +327,7 @@ func FinishCase(pr ProbeResult, before, after Sample, sink, inj *Agent, rxCPU in
 			return res, err
 		}
 		res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
+		res.BgSkippedSlots = ir.Behind
 	}
 	res.rtt = pr.RTTns
 	res.Latency = Summarize(pr.RTTns)

@@ -242,6 +242,9 @@ type flowStats struct {
 	name, lane      string
 	sent, delivered int64
 	dropped         int64
+	// skipped: packets of the slots a paced sender skipped in the window
+	// (Arrival.Pacer: more than max_lag behind)
+	skipped         int64
 	dropsAt         map[string]int64
 	bytes           int64
 	doneInWindow    int64
@@ -268,6 +271,9 @@ type flow struct {
 	// before)
 	offOn           bool
 	offMu, offSigma float64
+	// prng: a paced sender's own stream for its lateness (pacer with a
+	// tail; nil: the model's)
+	prng *rand.Rand
 }
 
 // z99 is the standard normal's 99th percentile.
@@ -577,6 +583,14 @@ func (m *Model) buildFlows(nRSS int) {
 			if o := sp.Offpath; o != nil {
 				f.offOn, f.offMu, f.offSigma = true, math.Log(o.P50Us*1000), math.Log(o.P99Us/o.P50Us)/z99
 			}
+			if p := sp.Arrival.Pacer; p != nil && p.TailShare > 0 {
+				// the sender's lateness draws its own stream: the same
+				// generator wakes at the same lateness in every scenario
+				// of one seed, whatever else draws (common random
+				// numbers: two modes differ by their mechanisms, not by
+				// which rare late wake-up each happened to draw)
+				f.prng = rand.New(rand.NewPCG(uint64(sc.Seed), 0x9ace0000+uint64(len(m.flows))))
+			}
 			if sp.Lane == "high" {
 				f.lane = laneHigh
 			}
@@ -791,7 +805,6 @@ func (m *Model) startPaced(f *flow, start int64) {
 	batch := max(a.Batch, 1)
 	gap := 1e9 * float64(batch) / a.RatePps
 	lag := int64(a.Pacer.MaxLag / batch)
-	late := a.Pacer.LateUs
 	if a.Pacer.App != "" {
 		m.startSender(f, start, gap, lag, batch)
 		return
@@ -802,6 +815,7 @@ func (m *Model) startPaced(f *flow, start int64) {
 		for {
 			now := m.sim.Now()
 			if cur := int64(float64(now-start) / gap); cur > n+lag {
+				m.skip(f, cur-lag-n, batch)
 				n = cur - lag
 			}
 			n++
@@ -813,12 +827,34 @@ func (m *Model) startPaced(f *flow, start int64) {
 				return
 			}
 			if due := start + int64(math.Round(float64(n)*gap)); now < due {
-				m.sim.At(due+ns(late[m.rng.IntN(len(late))]*1000), f.next)
+				m.sim.At(due+m.lateness(f), f.next)
 				return
 			}
 		}
 	}
 	m.sim.At(start, f.next)
+}
+
+// lateness draws a paced sender's wake-up lateness (ns): one of
+// LateUs, equally likely, or, with probability TailShare, one of TailUs
+// (the rare late wake-ups a quantile list cannot hold), from the flow's
+// own stream when it has a tail (pacers without one replay as before).
+func (m *Model) lateness(f *flow) int64 {
+	p, r := f.spec.Arrival.Pacer, m.rng
+	if f.prng != nil {
+		r = f.prng
+	}
+	if p.TailShare > 0 && r.Float64() < p.TailShare {
+		return ns(p.TailUs[r.IntN(len(p.TailUs))] * 1000)
+	}
+	return ns(p.LateUs[r.IntN(len(p.LateUs))] * 1000)
+}
+
+// skip counts the packets of k slots a paced sender skipped.
+func (m *Model) skip(f *flow, k int64, batch int) {
+	if m.sim.Now() >= m.warm {
+		f.st.skipped += k * int64(batch)
+	}
 }
 
 // startSender makes a paced flow's sender a thread (Pacer.App): a wake-up
@@ -844,6 +880,7 @@ func (c *cpu) senderChunk(t *thread, s *sender) {
 	if s.left == 0 {
 		now := c.now()
 		if cur := int64(float64(now-s.start) / s.gap); cur > s.n+s.lag {
+			c.m.skip(s.f, cur-s.lag-s.n, s.batch)
 			s.n = cur - s.lag
 		}
 		s.n++
@@ -881,8 +918,7 @@ func (c *cpu) senderDone(t *thread) {
 	now := c.now()
 	if due := s.start + int64(math.Round(float64(s.n)*s.gap)); now < due {
 		s.ready = false
-		late := a.Pacer.LateUs
-		m.sim.At(due+ns(late[m.rng.IntN(len(late))]*1000), s.wake)
+		m.sim.At(due+m.lateness(f), s.wake)
 	}
 }
 

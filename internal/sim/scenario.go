@@ -263,6 +263,13 @@ type Arrival struct {
 type Pacer struct {
 	LateUs []float64 `yaml:"late_us" json:"late_us"`
 	MaxLag int       `yaml:"max_lag" json:"max_lag"` // packets [128]
+	// TailUs, TailShare: the rare late wake-ups (e.g. every sample above
+	// the 99th percentile, exactly, as scripts/pacelat --json keeps
+	// them): with probability TailShare the lateness is one of TailUs,
+	// otherwise one of LateUs (then the quantiles of the samples below
+	// the tail). TailShare 0 [default]: LateUs alone.
+	TailUs    []float64 `yaml:"tail_us" json:"tail_us,omitempty"`
+	TailShare float64   `yaml:"tail_share" json:"tail_share,omitempty"`
 	// App makes the sender a thread of that app (its first thread): a
 	// wake-up makes it runnable, and it sends each packet at the end of
 	// NsPerPkt of its CPU time, so a sender that waits for its CPU sends
@@ -900,6 +907,14 @@ func checkArrival(f string, x *FlowSpec) error {
 		for i, v := range p.LateUs {
 			if !(v >= 0) || math.IsInf(v, 0) {
 				return fmt.Errorf("%s.arrival.pacer.late_us[%d]: must be >= 0", f, i)
+			}
+		}
+		if !(p.TailShare >= 0 && p.TailShare < 1) || (p.TailShare > 0) != (len(p.TailUs) > 0) {
+			return fmt.Errorf("%s.arrival.pacer.tail_share: must be in [0, 1), and > 0 exactly when tail_us is given", f)
+		}
+		for i, v := range p.TailUs {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("%s.arrival.pacer.tail_us[%d]: must be >= 0", f, i)
 			}
 		}
 		if p.MaxLag == 0 {

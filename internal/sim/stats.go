@@ -72,11 +72,14 @@ type Result struct {
 
 // FlowResult is one flow (all its copies together).
 type FlowResult struct {
-	Name          string           `json:"name"`
-	Lane          string           `json:"lane"`
-	Sent          int64            `json:"sent"`
-	Delivered     int64            `json:"delivered"`
-	Dropped       int64            `json:"dropped"`
+	Name      string `json:"name"`
+	Lane      string `json:"lane"`
+	Sent      int64  `json:"sent"`
+	Delivered int64  `json:"delivered"`
+	Dropped   int64  `json:"dropped"`
+	// Skipped: packets a paced sender (Arrival.Pacer) never sent because
+	// it fell more than max_lag behind, in the window.
+	Skipped       int64            `json:"skipped,omitempty"`
 	DropsAt       map[string]int64 `json:"drops_at"`
 	ThroughputPps float64          `json:"throughput_pps"`
 	ThroughputBps float64          `json:"throughput_bps"`
@@ -157,7 +160,7 @@ func (m *Model) result() *Result {
 	T := float64(m.end-m.warm) / 1e9
 	r := &Result{Scenario: sc.Name, Policy: sc.Policy, Rings: sc.NIC.Rings, Steering: sc.Steering.Mode, Seed: sc.Seed, WindowS: T, Events: m.sim.Fired(), PollTrace: m.trace}
 	for _, fs := range m.fst {
-		fr := FlowResult{Name: fs.name, Lane: fs.lane, Sent: fs.sent, Delivered: fs.delivered, Dropped: fs.dropped, DropsAt: fs.dropsAt}
+		fr := FlowResult{Name: fs.name, Lane: fs.lane, Sent: fs.sent, Delivered: fs.delivered, Dropped: fs.dropped, Skipped: fs.skipped, DropsAt: fs.dropsAt}
 		fr.ThroughputPps = float64(fs.doneInWindow) / T
 		fr.ThroughputBps = float64(fs.bytes) * 8 / T
 		if fs.latN > 0 {

@@ -153,6 +153,25 @@ func TestPacedSender(t *testing.T) {
 	if want := 16 * 3 * 3; skip.Sent < int64(want)-48 || skip.Sent > int64(want)+48 {
 		t.Errorf("skipping: sent %d in 100 ms, want ~%d", skip.Sent, want)
 	}
+	// what it skipped is counted: sent + skipped is what was offered in
+	// the window, but for the slots of the last 32 ms, which are neither
+	// yet (at most one cycle of 21 slots)
+	if off, got := int64(10000*0.1), skip.Sent+skip.Skipped; skip.Skipped == 0 || got > off+48 || got < off-21*16-48 || late.Skipped != 0 || plain.Skipped != 0 {
+		t.Errorf("skipped %d + sent %d, want %d offered less up to 21 slots of 16; late %d and unpaced %d skipped, want 0", skip.Skipped, skip.Sent, off, late.Skipped, plain.Skipped)
+	}
+	// the tail: always drawn at share ~1 (0.999999), never at 0; a tail
+	// of 32 ms behaves as the 32 ms lateness above
+	tail := run(&Pacer{LateUs: []float64{0}, TailUs: []float64{32000}, TailShare: 0.999999, MaxLag: 32})
+	if tail.Sent != skip.Sent || tail.Skipped != skip.Skipped {
+		t.Errorf("tail of 32 ms: sent %d skipped %d, want %d and %d as a 32 ms lateness", tail.Sent, tail.Skipped, skip.Sent, skip.Skipped)
+	}
+	for _, bad := range []*Pacer{{LateUs: []float64{1}, TailShare: 0.1}, {LateUs: []float64{1}, TailUs: []float64{5}}, {LateUs: []float64{1}, TailUs: []float64{-5}, TailShare: 0.1}, {LateUs: []float64{1}, TailUs: []float64{5}, TailShare: 1}} {
+		sc := twinBase()
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 1000, Pacer: bad}}}
+		if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "flows[0].arrival.pacer.tail") {
+			t.Errorf("pacer %+v: %v", bad, err)
+		}
+	}
 	sc := twinBase()
 	sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "poisson", RatePps: 1000, Pacer: &Pacer{LateUs: []float64{1}}}}}
 	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "flows[0].arrival.pacer") {

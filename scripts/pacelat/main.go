@@ -29,7 +29,7 @@ func now() int64 {
 func main() {
 	iv := flag.Duration("interval", 160*time.Microsecond, "the pace (the generator's batch interval: 16 packets / rate)")
 	d := flag.Duration("duration", 2*time.Second, "how long to measure")
-	asJSON := flag.Bool("json", false, "print the twin's pacer file: 1000 equally likely lateness values (sample quantiles at (i+0.5)/1000)")
+	asJSON := flag.Bool("json", false, "print the twin's pacer file: the top 1% of the lateness values exactly (tail_us, tail_share), the rest as 1000 equally likely values (their quantiles at (i+0.5)/1000)")
 	note := flag.String("note", "", "with --json: where and how it was measured (for people)")
 	flag.Parse()
 	if *iv <= 0 || *d <= 0 || *d > time.Minute {
@@ -62,8 +62,20 @@ func main() {
 	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
 	if *asJSON {
 		out := twin.PacerFile{Format: twin.PacerFormat, Note: *note, IntervalUs: float64(step) / 1e3, Samples: len(late)}
+		// the body as 1000 quantiles, the top 1% exactly: the rare
+		// wake-ups late by more than the injector's catch-up (128
+		// packets) are the ones that skip slots, and a quantile list
+		// of all samples keeps none of them
+		body := late
+		if k := len(late) / 100; k > 0 {
+			body = late[:len(late)-k]
+			for _, v := range late[len(late)-k:] {
+				out.TailUs = append(out.TailUs, float64(v/100)/10)
+			}
+			out.TailShare = float64(k) / float64(len(late))
+		}
 		for i := 0; i < 1000; i++ {
-			v := late[int((float64(i)+0.5)/1000*float64(len(late)))]
+			v := body[int((float64(i)+0.5)/1000*float64(len(body)))]
 			out.LateUs = append(out.LateUs, float64(v/100)/10) // 0.1 us
 		}
 		b, _ := json.Marshal(out)
@@ -79,4 +91,15 @@ func main() {
 	for _, p := range []float64{50, 90, 99, 99.9} {
 		fmt.Printf("p%g %.1f\n", p, float64(late[int(p/100*float64(len(late)-1))])/1e3)
 	}
+	// the injector (internal/bench/pace.go) catches up 128 packets, i.e.
+	// 8 of its 16-packet slots at this interval, and skips the rest
+	var wakes, slots int64
+	for _, v := range late {
+		if k := v/step - 8; k > 0 {
+			wakes++
+			slots += k
+		}
+	}
+	fmt.Printf("late by more than 8 intervals: %d wake-ups (%.1f/s), %d slots the injector would skip (%.1f/s)\n",
+		wakes, float64(wakes)/d.Seconds(), slots, float64(slots)/d.Seconds())
 }

@@ -73,6 +73,11 @@ type Node struct {
 	// PacerLateUs: the generator's wake-up lateness (equally likely
 	// values, us; UsePacer); nil: the background leaves on schedule.
 	PacerLateUs []float64 `json:"pacer_late_us,omitempty"`
+	// PacerTailUs, PacerTailShare: the lateness's rare tail (the pacer
+	// file's tail_us and tail_share; UsePacer), drawn with that
+	// probability; nil: LateUs alone.
+	PacerTailUs    []float64 `json:"pacer_tail_us,omitempty"`
+	PacerTailShare float64   `json:"pacer_tail_share,omitempty"`
 	// GenShare: the generator's share of AppNsPerPkt (the rest is the
 	// sink's), from the agents' CPU time (UsePacer, pacer file's
 	// agent_ns_per_pkt); 0: the application CPU is modelled as a load of
@@ -129,6 +134,10 @@ type Prediction struct {
 	AppBusyPct   float64 `json:"app_busy_pct"`
 	// RxUsPerPkt: receive-CPU time per delivered background packet.
 	RxUsPerPkt float64 `json:"rx_us_per_pkt,omitempty"`
+	// SkippedPPS: background packets the generator never sent because
+	// it fell more than 128 packets behind (the bench's
+	// bg_skipped_slots x 16 per second).
+	SkippedPPS float64 `json:"skipped_pps,omitempty"`
 	// HighLost: high-priority requests dropped in the model.
 	HighLost int64 `json:"high_lost,omitempty"`
 	// SteeredFraction: the share of the window the closed loop held the
@@ -310,7 +319,7 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 				// one injector sends every flow (round robin); each flow's
 				// pacer draws its own lateness, which for one flow (the
 				// validated case) is the injector's
-				p := &sim.Pacer{LateUs: n.PacerLateUs, MaxLag: injectMaxLag}
+				p := &sim.Pacer{LateUs: n.PacerLateUs, MaxLag: injectMaxLag, TailUs: n.PacerTailUs, TailShare: n.PacerTailShare}
 				if n.GenShare > 0 {
 					p.App, p.NsPerPkt = "generator", round1(n.GenShare*n.AppNsPerPkt)
 				}
@@ -402,6 +411,7 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 			// packets that reached the sink's socket (sent in the window
 			// and not dropped on the way), whether or not it read them
 			bgDelivered += float64(f.Sent-f.Dropped) / r.WindowS
+			p.SkippedPPS += float64(f.Skipped) / r.WindowS
 		}
 	}
 	p.DeliveredPPS = bgDelivered

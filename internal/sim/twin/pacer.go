@@ -21,6 +21,14 @@ type PacerFile struct {
 	IntervalUs float64   `json:"interval_us"`
 	Samples    int       `json:"samples"`
 	LateUs     []float64 `json:"late_us"`
+	// TailUs: every sample above the 99th percentile, exactly (0.1 us),
+	// and TailShare their share of the samples; LateUs is then the
+	// quantiles of the samples below them. The tail holds the rare
+	// wake-ups late by more than the injector's 128-packet catch-up,
+	// which skip slots; 1000 quantiles of all samples cannot hold them.
+	// Optional (files without it: LateUs alone).
+	TailUs    []float64 `json:"tail_us,omitempty"`
+	TailShare float64   `json:"tail_share,omitempty"`
 	// AgentNsPerPkt: each bench agent's CPU time (utime + stime) per
 	// background packet over the same window (scripts/twin-appcpu:
 	// inject, sink, echo, probe); optional.
@@ -111,9 +119,23 @@ func (n *Node) UsePacer(path string) error {
 			return fmt.Errorf("%w: pacer file %s: late_us[%d] = %g, want >= 0", ErrInput, path, i, v)
 		}
 	}
+	if !(p.TailShare >= 0 && p.TailShare < 1) || (p.TailShare > 0) != (len(p.TailUs) > 0) {
+		return fmt.Errorf("%w: pacer file %s: tail_share %g with %d tail_us values: want a share in [0, 1), > 0 exactly when tail_us is given", ErrInput, path, p.TailShare, len(p.TailUs))
+	}
+	for i, v := range p.TailUs {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: pacer file %s: tail_us[%d] = %g, want >= 0", ErrInput, path, i, v)
+		}
+	}
 	s := append([]float64(nil), p.LateUs...)
 	sort.Float64s(s)
 	n.PacerLateUs = s
+	n.PacerTailUs, n.PacerTailShare = nil, 0
+	if len(p.TailUs) > 0 {
+		n.PacerTailUs = append([]float64(nil), p.TailUs...)
+		sort.Float64s(n.PacerTailUs)
+		n.PacerTailShare = p.TailShare
+	}
 	if g, k := p.AgentNsPerPkt["inject"], p.AgentNsPerPkt["sink"]; g > 0 && k > 0 {
 		// the application CPU's scheduling (Node.GenShare)
 		n.GenShare = math.Round(1000*g/(g+k)) / 1000
@@ -122,6 +144,11 @@ func (n *Node) UsePacer(path string) error {
 			g, k, 100*n.GenShare, n.AppSliceUs))
 	}
 	q := func(f float64) float64 { return s[int(f*float64(len(s)-1))] }
+	if t := n.PacerTailUs; len(t) > 0 {
+		n.Notes = append(n.Notes, fmt.Sprintf("generator: paced, wakes late by p50 %.0f / p90 %.0f us, and in %.2f%% of its wake-ups (the tail, %d samples) by %.0f to %.0f us (p50 %.0f; %d samples at a %.0f us interval; %s), catches up at most 128 packets back to back, skips the slots beyond",
+			q(0.5/(1-p.TailShare)), q(0.9/(1-p.TailShare)), 100*p.TailShare, len(t), t[0], t[len(t)-1], t[len(t)/2], p.Samples, p.IntervalUs, p.Note))
+		return nil
+	}
 	n.Notes = append(n.Notes, fmt.Sprintf("generator: paced, wakes late by p50 %.0f / p90 %.0f / p99 %.0f / max %.0f us (%d samples at a %.0f us interval; %s), catches up at most 128 packets back to back",
 		q(0.5), q(0.9), q(0.99), s[len(s)-1], p.Samples, p.IntervalUs, p.Note))
 	return nil

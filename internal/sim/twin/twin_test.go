@@ -47,7 +47,7 @@ func calibrate() (*Node, *Measured, error) {
 		return nil, nil, err
 	}
 	n, err := CalibrateWith(filepath.Join(testdata, "trace-100k.json.gz"), []*Measured{docs, app}, 150e3,
-		Extras{Pacer: filepath.Join(testdata, "pacelat-150k.json"), Stalls: filepath.Join(testdata, "spingap-rx.json")})
+		Extras{Pacer: filepath.Join(testdata, "pacelat-150k-tail.json"), Stalls: filepath.Join(testdata, "spingap-rx.json")})
 	return n, docs, err
 }
 
@@ -75,34 +75,34 @@ func TestCalibrateTraceThreadedWire(t *testing.T) {
 }
 
 // knownMisses are the goals the model does not meet (docs/sim.md, "The
-// twin": the sync lane's 150k tail and its 300k p50, the lanes' 300k
-// tails; four rankings where the model orders two lanes as the measured
-// medians do, by more than their ranges overlap). A new miss fails the
-// test, so every goal not listed is asserted met, among them the ones the
-// model's mechanisms brought in: the lanes' idle p99 (the offpath's
-// spread), the queue lane's 300k p50 (the generator's catch-up bursts and
-// the receive CPU's stalls), the queue lane's 150k p99 and vanilla's 300k
-// p50 (the application CPU's scheduling). A fixed one is logged.
-// fragile: vanilla's 300k p99 (410 us against a range from 428) and the
-// 150k p99 ranking of the lanes (49 us apart against a 41 us overlap)
-// are met with some seeds of the model and missed with others (docs/sim.md).
+// twin": the sync lane's 300k p50 and p99, the queue lane's 300k p99;
+// rankings where the model orders two modes as the measured medians do,
+// by more than their ranges overlap, and one where two modes the model
+// treats alike differ by 5 pps against ranges that touch). A new miss
+// fails the test, so every goal not listed is asserted met, among them
+// the ones the model's mechanisms brought in: the lanes' idle p99 (the
+// offpath's spread), the queue lane's 300k p50 (the generator's catch-up
+// bursts and the receive CPU's stalls), the queue lane's 150k p99 (the
+// application CPU's scheduling), vanilla's 300k p99 and the sync lane's
+// 150k p99 (the generator's late wake-ups beyond 8 slots, which skip
+// slots: the pacer file's tail). A fixed one is logged.
 var knownMisses = []string{
-	"latency lanes-sync 150k p99_us",
-	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p50_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 300k p50_us vanilla vs lanes-queue",
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k p99_us lanes-sync vs lanes-queue",
+	"rank throughput 250k delivered_pps vanilla vs steer-dynamic",
 }
 
 // Floors: what TestOutOfSample reaches (docs/sim.md's validation table);
 // fewer fails it.
 const (
-	floorGoals = 32 // of 37
-	floorRanks = 24 // of 28
+	floorGoals = 34 // of 37
+	floorRanks = 22 // of 28
 )
 
 // TestOutOfSample calibrates once and predicts every other measured case
@@ -334,6 +334,45 @@ func TestPacerBurstsTheWire(t *testing.T) {
 	}
 	if err := n.UsePacer(filepath.Join(testdata, "measured-docs.json")); err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "pacelat --json") {
 		t.Errorf("a measured file as pacer file: %v", err)
+	}
+}
+
+// TestGeneratorSkipsSlots: with the pacer file's tail (the top 1% of
+// its wake-ups, exactly), the generator falls more than 128 packets
+// behind now and then and skips slots, as the bench's injector does
+// (docs/lanes.md: bg sent 294.9 kpps at 300k, 1.7% short; the bench's
+// bg_skipped_slots); the old file, 1000 quantiles of all samples, holds
+// no wake-up that late, and the model skipped none. Every mode draws the
+// same lateness (its own stream), so they skip alike.
+func TestGeneratorSkipsSlots(t *testing.T) {
+	n, _ := calibrated(t)
+	var skipped []float64
+	for _, mode := range []string{ModeVanilla, ModeLanesSync} {
+		p, err := n.Predict(Case{Mode: mode, RatePPS: 300e3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.SkippedPPS < 0.005*300e3 || p.SkippedPPS > 0.03*300e3 || math.Abs(p.DeliveredPPS+p.SkippedPPS-300e3) > 0.005*300e3 {
+			t.Errorf("%s 300k: skipped %.0f pps, delivered %.0f: want 0.5-3%% of 300k skipped (measured 1.7%%) and the rest delivered", mode, p.SkippedPPS, p.DeliveredPPS)
+		}
+		skipped = append(skipped, p.SkippedPPS)
+	}
+	if skipped[0] != skipped[1] {
+		t.Errorf("vanilla skipped %.0f pps, the sync lane %.0f: the same generator must draw the same lateness", skipped[0], skipped[1])
+	}
+	old := *n
+	if err := old.UsePacer(filepath.Join(testdata, "pacelat-150k.json")); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := old.Predict(Case{Mode: ModeVanilla, RatePPS: 300e3}); p.SkippedPPS != 0 {
+		t.Errorf("without the tail: skipped %.0f pps, want 0", p.SkippedPPS)
+	}
+	bad := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(bad, []byte(`{"format":"rxlane-pacelat/1","late_us":[1],"tail_us":[500]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.UsePacer(bad); err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "tail_share") {
+		t.Errorf("a tail without its share: %v", err)
 	}
 }
 
