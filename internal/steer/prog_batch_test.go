@@ -238,11 +238,11 @@ func TestNativeThroughGuard(t *testing.T) {
 }
 
 // firstStageOn loads the objects with steering and the XDP first stage on
-// (one cpumap CPU, CPU 0) and the test frames' tunnel leading to stage
-// vxIdx from the underlay keyed wireIdx.
-func firstStageOn(t *testing.T, n int, wireIdx, vxIdx uint32) *steerObjects {
+// (one cpumap CPU, CPU 0), the extra config flags, and the test frames'
+// tunnel leading to stage vxIdx from the underlay keyed wireIdx.
+func firstStageOn(t *testing.T, n int, flags, wireIdx, vxIdx uint32) *steerObjects {
 	t.Helper()
-	o := loadOn(t, n, flagFirstOn)
+	o := loadOn(t, n, flagFirstOn|flags)
 	var cfg steerConfig
 	if err := o.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
 		t.Fatal(err)
@@ -280,7 +280,7 @@ func (b *batchFlow) xdp(frame []byte) flowEntry {
 // and the steered ones behind them could overtake them.
 func TestNewFlowWithXDPStartsOnItsCPU(t *testing.T) {
 	const wireIdx, vxIdx, n = 1, 5, 2
-	o := firstStageOn(t, n, wireIdx, vxIdx)
+	o := firstStageOn(t, n, 0, wireIdx, vxIdx)
 	b := newBatchFlow(t, o, 6000, vxIdx)
 	if x := b.xdp(vxTCP(6000, tcpACK, 1448)); x.Committed != 1 {
 		t.Fatalf("XDP stage: committed %#x, want the first cpumap position (1)", x.Committed)
@@ -301,7 +301,7 @@ func TestNewFlowWithXDPStartsOnItsCPU(t *testing.T) {
 // CPU.
 func TestXDPNativeOnlyThroughPass(t *testing.T) {
 	const wireIdx, vxIdx, n = 1, 5, 2
-	o := firstStageOn(t, n, wireIdx, vxIdx)
+	o := firstStageOn(t, n, 0, wireIdx, vxIdx)
 	b := newBatchFlow(t, o, 6000, vxIdx)
 	if err := o.SteerGuards.Put(b.fh, guardEntry{DoneSeq: 0xffff, Native: 1}); err != nil {
 		t.Fatal(err)

@@ -269,20 +269,8 @@ func TestLocalGoesDirect(t *testing.T) {
 // the loop's windows.
 func TestParkedProgramsReturnAtOnce(t *testing.T) {
 	const wireIdx, vxIdx = 1, 5
-	o := loadOn(t, 2, flagParked|flagFirstOn)
-	putWire(t, o, wireIdx, devEntry, steerDev{StageId: vxIdx})
 	// a first stage that would redirect every frame to CPU 0, unparked
-	var cfg steerConfig
-	if err := o.SteerConfig.Lookup(uint32(0), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg.N_first = 1
-	if err := o.SteerConfig.Put(uint32(0), cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.SteerFirstCpus.Put(uint32(0), uint32(0)); err != nil {
-		t.Fatal(err)
-	}
+	o := firstStageOn(t, 2, flagParked, wireIdx, vxIdx)
 	done := func() uint64 {
 		t.Helper()
 		var per []uint64
