@@ -2,10 +2,12 @@ package overlay
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -231,5 +233,64 @@ func TestDiscoverColdRoutedPods(t *testing.T) {
 				t.Fatalf("from the neighbour table: %+v", topo.Endpoints)
 			}
 		})
+	}
+}
+
+// TestDiscoverUnderLinkChurn: discovery while links come and go (pods
+// created beside a watcher's sync) reads the topology again when the
+// kernel interrupts one of its netlink dumps ("results may be incomplete
+// or inconsistent"), instead of failing the sync. 300 links make the link
+// dump span several messages, so a change between two of them interrupts
+// it.
+func TestDiscoverUnderLinkChurn(t *testing.T) {
+	testbedtest.RequireRoot(t)
+	host := newNamedNS(t)
+	err := netns.Do(host, false, func() error {
+		vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "vxlan.calico", MTU: 1450}, VxlanId: 4096, SrcAddr: net.IPv4(198, 18, 9, 2), Port: 4789}
+		if err := netlink.LinkAdd(vx); err != nil {
+			return err
+		}
+		for i := range 150 { // veth pairs (this kernel has no dummy driver)
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("d%d", i)}, PeerName: fmt.Sprintf("p%d", i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	churned := make(chan error, 1)
+	go func() {
+		churned <- netns.Do(host, false, func() error {
+			deadline := time.Now().Add(10 * time.Second) // bounded even if the test fails early
+			for i := 0; time.Now().Before(deadline); i++ {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				d := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "churn"}, PeerName: "churnpeer"}
+				if err := netlink.LinkAdd(d); err != nil {
+					return err
+				}
+				if err := netlink.LinkDel(d); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}()
+	defer func() {
+		close(stop)
+		if err := <-churned; err != nil {
+			t.Errorf("churn: %v", err)
+		}
+	}()
+	for i := range 200 {
+		if err := netns.Do(host, false, func() error { _, err := Discover(); return err }); err != nil {
+			t.Fatalf("discovery %d under link churn: %v", i, err)
+		}
 	}
 }
