@@ -127,7 +127,7 @@ func checkKeys(t *testing.T, rep *LatencyReport) {
 		t.Errorf("case keys %q, want %q", got, wantCase)
 	}
 	r := c["reps"].([]any)[0].(map[string]any)
-	wantRep := "bg_delivered_pps bg_sent_pps cpus drops latency lost rx_cpu_us_per_bg_pkt sent"
+	wantRep := "bg_delivered_pps bg_sent_pps bg_skipped_slots cpus drops latency lost rx_cpu_us_per_bg_pkt sent"
 	if got := keys(r); got != wantRep {
 		t.Errorf("rep keys %q, want %q", got, wantRep)
 	}
