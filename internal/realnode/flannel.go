@@ -257,10 +257,19 @@ func (f *Flannel) up() error {
 	}
 	f.SubnetFile = filepath.Join(f.Dir, "node-subnet.env")
 	f.RemoteSubnetFile = filepath.Join(f.Dir, "remote-subnet.env")
-	for _, h := range []string{"node", "remote"} {
-		if err := f.startFlanneld(h); err != nil {
-			return err
-		}
+	// One host at a time: two flanneld that pick the same free subnet in
+	// the same instant lose the race in etcd's transaction, and flannel
+	// (v0.28) exits on that ("failed to acquire lease: subnet already
+	// exists") instead of picking again; about 1 bring-up in 100 did. In
+	// a cluster nodes join one by one and kubelet restarts the loser.
+	if err := f.startFlanneld("node"); err != nil {
+		return err
+	}
+	if err := f.waitLease("node"); err != nil {
+		return err
+	}
+	if err := f.startFlanneld("remote"); err != nil {
+		return err
 	}
 	if err := f.step("flanneld"); err != nil {
 		return err
@@ -419,6 +428,30 @@ func (f *Flannel) flanneldLog(host string) string {
 	return filepath.Join(f.Dir, "flanneld-"+host+".log")
 }
 
+// waitLease waits until a host's flanneld has written its subnet file,
+// i.e. holds its lease in etcd.
+func (f *Flannel) waitLease(host string) error {
+	p := f.procs["flanneld-"+host]
+	sf := f.SubnetFile
+	if host == "remote" {
+		sf = f.RemoteSubnetFile
+	}
+	deadline := time.Now().Add(f.opts.Timeout)
+	for {
+		if _, err := flReadSubnet(sf); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("flanneld on %s wrote no lease to %s within %s%s", host, sf, f.opts.Timeout, flTail(f.flanneldLog(host)))
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("flanneld on %s exited: %v%s", host, p.err, flTail(f.flanneldLog(host)))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // waitFlanneld waits until a host's flanneld has written its subnet file
 // (after since, when set: a restart) and the host routes the other host's
 // lease through flannel.1 (with both leases known).
@@ -454,14 +487,30 @@ func (f *Flannel) waitFlanneld(host string, since time.Time) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("flanneld on %s not ready within %s: %s%s", host, f.opts.Timeout, why, flTail(f.flanneldLog(host)))
+			// The other host's flanneld decides half of readiness (its
+			// lease): its log is the evidence as often as this one's.
+			return fmt.Errorf("flanneld on %s not ready within %s: %s%s%s", host, f.opts.Timeout, why,
+				flTail(f.flanneldLog(host)), flTail(f.flanneldLog(otherHost(host))))
+		}
+		// A flanneld that exits is an error at once, whichever host it
+		// serves: waiting for the other's lease would only time out.
+		for _, h := range []string{host, otherHost(host)} {
+			if q := f.procs["flanneld-"+h]; q != nil && q.exited() {
+				return fmt.Errorf("flanneld on %s exited: %v%s", h, q.err, flTail(f.flanneldLog(h)))
+			}
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("flanneld on %s exited: %v%s", host, p.err, flTail(f.flanneldLog(host)))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func otherHost(host string) string {
+	if host == "remote" {
+		return "node"
+	}
+	return "remote"
 }
 
 // routes reports whether host routes dst through flannel.1.

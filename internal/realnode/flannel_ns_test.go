@@ -229,6 +229,7 @@ func TestFlannelCloseAfterHalfFailedUp(t *testing.T) {
 	var pids []int
 	var held []string
 	var dir string
+	nodeLeaseErr := errors.New("step flanneld not reached")
 	flTestHook = func(step string, f *Flannel) error {
 		if step != "flanneld" {
 			return nil
@@ -237,6 +238,9 @@ func TestFlannelCloseAfterHalfFailedUp(t *testing.T) {
 			pids = append(pids, p.cmd.Process.Pid)
 		}
 		held, dir = slices.Clone(f.created), f.Dir
+		// The remote's flanneld starts only once the node holds its
+		// lease (two racing for one subnet make flannel exit).
+		_, nodeLeaseErr = flReadSubnet(f.SubnetFile)
 		return errors.New("injected failure")
 	}
 	defer func() { flTestHook = nil }()
@@ -247,6 +251,9 @@ func TestFlannelCloseAfterHalfFailedUp(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "injected failure") || len(pids) != 3 || len(held) != 2 {
 		t.Fatalf("Up: %v (pids %v, namespaces %v)", err, pids, held)
+	}
+	if nodeLeaseErr != nil {
+		t.Errorf("the remote's flanneld started before the node held a lease: %v", nodeLeaseErr)
 	}
 	for _, p := range pids {
 		if pidAlive(p) {
