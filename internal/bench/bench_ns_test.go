@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -43,6 +44,10 @@ func TestInjectedFramesReachTheSink(t *testing.T) {
 			}
 			if ir.Sent != frames || ir.Failed != 0 {
 				t.Fatalf("injector sent %d, failed %d; want %d sent", ir.Sent, ir.Failed, frames)
+			}
+			// skipped slots of 16 as a rate over the injector's own time
+			if want := float64(ir.Behind*16) / ir.Seconds; ir.Seconds <= 0 || math.Abs(ir.SkippedPPS-want) > 1e-6*max(1, want) {
+				t.Errorf("injector: skipped %.3f pps, want %.3f (%d slots in %.3f s)", ir.SkippedPPS, want, ir.Behind, ir.Seconds)
 			}
 			var sr SinkResult
 			done := make(chan error, 1)
@@ -122,12 +127,12 @@ func checkKeys(t *testing.T, rep *LatencyReport) {
 		t.Errorf("report keys %q, want %q", got, want)
 	}
 	c := m["cases"].([]any)[0].(map[string]any)
-	wantCase := "all avg_us bg_delivered_pps bg_sent_pps load loss_pct max_us p50_us p90_us p99_9_us p99_us path reps rx_cpu_busy_pct rx_cpu_us_per_bg_pkt"
+	wantCase := "all avg_us bg_delivered_pps bg_sent_pps bg_skipped_pps load loss_pct max_us p50_us p90_us p99_9_us p99_us path reps rx_cpu_busy_pct rx_cpu_us_per_bg_pkt"
 	if got := keys(c); got != wantCase {
 		t.Errorf("case keys %q, want %q", got, wantCase)
 	}
 	r := c["reps"].([]any)[0].(map[string]any)
-	wantRep := "bg_delivered_pps bg_sent_pps bg_skipped_slots cpus drops latency lost rx_cpu_us_per_bg_pkt sent"
+	wantRep := "bg_delivered_pps bg_sent_pps bg_skipped_pps bg_skipped_slots cpus drops latency lost rx_cpu_us_per_bg_pkt sent"
 	if got := keys(r); got != wantRep {
 		t.Errorf("rep keys %q, want %q", got, wantRep)
 	}

@@ -91,6 +91,9 @@ type InjectResult struct {
 	// Behind counts the batch slots the pacer skipped because the sender
 	// fell more than injectMaxLag packets behind its schedule (pacer.wait).
 	Behind int64 `json:"behind"`
+	// SkippedPPS is Behind as a rate: packets a second the pacer's
+	// skipped slots would have held.
+	SkippedPPS float64 `json:"skipped_pps"`
 }
 
 // Run sends at rate packets/s until ctx ends, duration passes or, with
@@ -128,6 +131,7 @@ func (in *Injector) Run(ctx context.Context, rate float64, duration time.Duratio
 	res.Seconds = time.Since(start).Seconds()
 	if res.Seconds > 0 {
 		res.RatePPS = float64(res.Sent) / res.Seconds
+		res.SkippedPPS = float64(res.Behind*int64(in.batch)) / res.Seconds
 	}
 	return res
 }

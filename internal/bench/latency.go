@@ -114,9 +114,12 @@ type RepResult struct {
 	// BgSkippedSlots: the generator's batch slots skipped because it fell
 	// more than injectMaxLag packets behind (InjectResult.Behind): the
 	// part of the background the generator never sent.
-	BgSkippedSlots int64      `json:"bg_skipped_slots"`
-	Drops          Drops      `json:"drops"`
-	CPUs           []CPUUsage `json:"cpus"`
+	BgSkippedSlots int64 `json:"bg_skipped_slots"`
+	// BgSkippedPPS: the skipped slots as packets a second over the
+	// generator's own running time (what the twin predicts as skipped).
+	BgSkippedPPS float64    `json:"bg_skipped_pps"`
+	Drops        Drops      `json:"drops"`
+	CPUs         []CPUUsage `json:"cpus"`
 	// RxCPUUsPerBgPkt is the receive CPU's busy time over the case divided
 	// by the background packets delivered in it (0 without background):
 	// what the receiving host's stages cost per delivered packet (it also
@@ -149,7 +152,9 @@ type CaseResult struct {
 	LossPct        Spread `json:"loss_pct"`
 	BgSentPPS      Spread `json:"bg_sent_pps"`
 	BgDeliveredPPS Spread `json:"bg_delivered_pps"`
-	RxCPUBusyPct   Spread `json:"rx_cpu_busy_pct"`
+	// BgSkippedPPS: RepResult.BgSkippedPPS over the repetitions.
+	BgSkippedPPS Spread `json:"bg_skipped_pps"`
+	RxCPUBusyPct Spread `json:"rx_cpu_busy_pct"`
 	// RxCPUUsPerBgPkt: receive-CPU microseconds per delivered background
 	// packet (RepResult.RxCPUUsPerBgPkt).
 	RxCPUUsPerBgPkt Spread `json:"rx_cpu_us_per_bg_pkt"`
@@ -234,7 +239,7 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 
 // Aggregate fills a case's medians and ranges from its repetitions.
 func (c *CaseResult) Aggregate(tb testbed.Config) {
-	var avg, p50, p90, p99, p999, mx, loss, sent, bg, busy, perPkt []float64
+	var avg, p50, p90, p99, p999, mx, loss, sent, skipped, bg, busy, perPkt []float64
 	for _, r := range c.Reps {
 		avg = append(avg, r.Latency.Avg)
 		p50 = append(p50, r.Latency.P50)
@@ -247,6 +252,7 @@ func (c *CaseResult) Aggregate(tb testbed.Config) {
 		}
 		bg = append(bg, r.BgDeliveredPPS)
 		sent = append(sent, r.BgSentPPS)
+		skipped = append(skipped, r.BgSkippedPPS)
 		if r.RxCPUUsPerBgPkt > 0 {
 			perPkt = append(perPkt, r.RxCPUUsPerBgPkt)
 		}
@@ -257,7 +263,7 @@ func (c *CaseResult) Aggregate(tb testbed.Config) {
 	}
 	c.Avg, c.P50, c.P90, c.P99, c.P999, c.Max = SpreadOf(avg), SpreadOf(p50), SpreadOf(p90), SpreadOf(p99), SpreadOf(p999), SpreadOf(mx)
 	c.LossPct, c.BgDeliveredPPS, c.RxCPUBusyPct = SpreadOf(loss), SpreadOf(bg), SpreadOf(busy)
-	c.BgSentPPS, c.RxCPUUsPerBgPkt = SpreadOf(sent), SpreadOf(perPkt)
+	c.BgSentPPS, c.BgSkippedPPS, c.RxCPUUsPerBgPkt = SpreadOf(sent), SpreadOf(skipped), SpreadOf(perPkt)
 	sort.Slice(c.RTT, func(i, j int) bool { return c.RTT[i] < c.RTT[j] })
 	c.All = Summarize(c.RTT)
 }
@@ -327,7 +333,7 @@ func FinishCase(pr ProbeResult, before, after Sample, sink, inj *Agent, rxCPU in
 			return res, err
 		}
 		res.BgSentPPS, res.BgDeliveredPPS = ir.RatePPS, sr.RatePPS
-		res.BgSkippedSlots = ir.Behind
+		res.BgSkippedSlots, res.BgSkippedPPS = ir.Behind, ir.SkippedPPS
 	}
 	res.rtt = pr.RTTns
 	res.Latency = Summarize(pr.RTTns)

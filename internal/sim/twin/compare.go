@@ -207,7 +207,7 @@ func WriteTable(w io.Writer, rows []Row) {
 		return a.RatePPS < b.RatePPS
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "bench\tmode\tload\tflows\tp50 us\tp99 us\tdelivered kpps\trx busy %\t")
+	fmt.Fprintln(tw, "bench\tmode\tload\tflows\tp50 us\tp99 us\tdelivered kpps\trx busy %\tskipped kpps\t")
 	for _, r := range rows {
 		p := r.Prediction
 		cell := func(stat string, pred float64, scale float64) string {
@@ -238,11 +238,19 @@ func WriteTable(w io.Writer, rows []Row) {
 		if r.Measured != nil && r.Measured.RxBusyPct != nil {
 			busy += fmt.Sprintf(" | %.0f", r.Measured.RxBusyPct.Median)
 		}
+		// the generator's skipped slots (mechanism 5): not a goal
+		skipped := "-"
+		if p.RatePPS > 0 && p.Bench == BenchLatency {
+			skipped = fmt.Sprintf("%.1f", p.SkippedPPS/1e3)
+			if r.Measured != nil && r.Measured.SkippedPPS != nil {
+				skipped += fmt.Sprintf(" | %.1f (%.1f-%.1f)", r.Measured.SkippedPPS.Median/1e3, r.Measured.SkippedPPS.Min/1e3, r.Measured.SkippedPPS.Max/1e3)
+			}
+		}
 		mode := p.Mode
 		if r.Calibration {
 			mode += " (calibration)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", p.Bench, mode, rateName(p.RatePPS), p.Flows, p50, p99, del, busy)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Bench, mode, rateName(p.RatePPS), p.Flows, p50, p99, del, busy, skipped)
 	}
 	tw.Flush()
 	if len(rows) > 0 && rows[0].Measured != nil {

@@ -29,6 +29,9 @@ type MeasuredCase struct {
 	RxBusyPct    *Spread `json:"rx_busy_pct,omitempty"`
 	RxUsPerPkt   *Spread `json:"rx_us_per_pkt,omitempty"`
 	AppBusyPct   *Spread `json:"app_busy_pct,omitempty"`
+	// SkippedPPS: background the generator skipped (the bench's
+	// bg_skipped_pps; not a goal, shown beside the twin's skipped_pps).
+	SkippedPPS *Spread `json:"skipped_pps,omitempty"`
 }
 
 // Measured is a set of measured cases: the twin's own format
@@ -72,6 +75,7 @@ type benchReport struct {
 		RxCPUBusyPct   *Spread `json:"rx_cpu_busy_pct"`
 		RxCPUUsPerBg   *Spread `json:"rx_cpu_us_per_bg_pkt"`
 		BgSentPPS      *Spread `json:"bg_sent_pps"`
+		BgSkippedPPS   *Spread `json:"bg_skipped_pps"`
 		Reps           []struct {
 			BgSentPPS float64 `json:"bg_sent_pps"`
 			CPUs      []struct {
@@ -140,7 +144,7 @@ func LoadMeasured(path string) (*Measured, error) {
 		}
 		mc := MeasuredCase{Bench: BenchLatency, Mode: mode, RatePPS: rate, P50Us: c.P50, P99Us: c.P99, RxBusyPct: c.RxCPUBusyPct}
 		if rate > 0 {
-			mc.DeliveredPPS, mc.RxUsPerPkt = c.BgDeliveredPPS, c.RxCPUUsPerBg
+			mc.DeliveredPPS, mc.RxUsPerPkt, mc.SkippedPPS = c.BgDeliveredPPS, c.RxCPUUsPerBg, c.BgSkippedPPS
 		}
 		var app []float64
 		for _, r := range c.Reps {

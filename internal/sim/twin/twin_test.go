@@ -276,6 +276,37 @@ func TestMeasuredFromBenchReport(t *testing.T) {
 	}
 }
 
+// TestSkippedBesideMeasured: a bench report's bg_skipped_pps is read as
+// the case's measured skipped rate and printed beside the prediction's
+// (mechanism 5; not a goal); an idle case has none.
+func TestSkippedBesideMeasured(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "b.json")
+	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"options":{"reps":5},"cases":[
+	 {"path":"overlay","load":"idle","p50_us":{"median":44,"min":40,"max":48},"p99_us":{"median":70,"min":60,"max":90},"bg_skipped_pps":{"median":0,"min":0,"max":0}},
+	 {"path":"overlay","load":"busy","bg_rate_pps":300000,"p50_us":{"median":30,"min":29,"max":31},"p99_us":{"median":116,"min":112,"max":118},
+	  "bg_delivered_pps":{"median":298000,"min":297000,"max":299000},"bg_skipped_pps":{"median":4200,"min":3000,"max":5100}}]}`
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadMeasured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 300e3, Flows: 1})
+	idle, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1})
+	if busy.SkippedPPS == nil || busy.SkippedPPS.Median != 4200 || busy.SkippedPPS.Max != 5100 || idle.SkippedPPS != nil {
+		t.Fatalf("skipped: busy %+v, idle %+v", busy.SkippedPPS, idle.SkippedPPS)
+	}
+	var sb strings.Builder
+	WriteTable(&sb, []Row{
+		{Prediction: Prediction{Case: Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 300e3, Flows: 1}, SkippedPPS: 3700}, Measured: &busy},
+		{Prediction: Prediction{Case: Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1}}, Measured: &idle}})
+	out := sb.String()
+	if !strings.Contains(out, "skipped kpps") || !strings.Contains(out, "3.7 | 4.2 (3.0-5.1)") {
+		t.Errorf("table lacks the skipped rate beside the measured one:\n%s", out)
+	}
+}
+
 // TestMeasuredFromThroughputCompare maps bench throughput --compare's
 // variants to the twin's modes and skips the ones it does not model.
 func TestMeasuredFromThroughputCompare(t *testing.T) {
