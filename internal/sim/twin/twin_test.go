@@ -175,6 +175,91 @@ func TestOutOfSample(t *testing.T) {
 	}
 }
 
+// quietMisses are the misses of TestQuietDay: a run of scripts/twin-validate
+// on 2026-11-27 (docs/sim.md, "A quiet day"), when the VM ran the receive
+// path twice as fast as on the reference day and the round trip under
+// load fell below the idle one, which the model does not do (the
+// application CPU's idleness, not modelled).
+var quietMisses = []string{
+	"latency lanes-sync 100k p99_us",
+	"latency vanilla 150k p50_us",
+	"latency vanilla 150k p99_us",
+	"latency lanes-sync 150k p50_us",
+	"latency lanes-sync 150k p99_us",
+	"latency lanes-queue 150k p50_us",
+	"latency lanes-queue 150k p99_us",
+	"latency vanilla 300k p50_us",
+	"latency lanes-sync 300k p50_us",
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"rank latency 150k p50_us vanilla vs lanes-sync",
+	"rank latency 150k p99_us vanilla vs lanes-sync",
+	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 150k p50_us lanes-sync vs lanes-queue",
+	"rank latency 300k p50_us lanes-sync vs lanes-queue",
+}
+
+// TestQuietDay validates the twin on a second day's complete live run
+// (trace, bench compare, micro-benchmarks, all from one
+// scripts/twin-validate run; testdata/twin/quiet-1127): the model must
+// not get worse there while it is improved against the reference day
+// (TestOutOfSample). A new miss fails; fewer goals or rankings than
+// today's 17 of 28 and 18 of 23 fail.
+func TestQuietDay(t *testing.T) {
+	dir := filepath.Join(testdata, "quiet-1127")
+	m, err := LoadMeasured(filepath.Join(dir, "compare.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := CalibrateWith(filepath.Join(dir, "trace.json.gz"), []*Measured{m}, 100e3,
+		Extras{Pacer: filepath.Join(dir, "pacelat-100000.json"), Stalls: filepath.Join(dir, "spingap-rx.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Validate(n, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	v.WriteValidation(&sb)
+	t.Log("\n" + sb.String())
+	known := map[string]bool{}
+	for _, k := range quietMisses {
+		known[k] = true
+	}
+	for _, miss := range v.Misses() {
+		if key := miss[:strings.Index(miss, ":")]; !known[key] {
+			t.Errorf("new miss: %s", miss)
+		}
+	}
+	counted, met := 0, 0
+	for _, r := range v.Rows {
+		if r.Calibration {
+			continue
+		}
+		for _, c := range r.Checks {
+			counted++
+			if c.Met {
+				met++
+			}
+			if c.Stat == "delivered_pps" && !c.Met {
+				t.Errorf("%s %.0f: delivered %.0f vs %.0f: every delivered rate must be within 15%%", r.Prediction.Mode, r.Prediction.RatePPS, c.Pred, c.Median)
+			}
+		}
+	}
+	ranked := 0
+	for _, k := range v.Ranks {
+		if k.Met {
+			ranked++
+		} else if !k.Overlap {
+			t.Errorf("model orders %s and %s at %.0f the other way round (%s)", k.A, k.B, k.RatePPS, k.Stat)
+		}
+	}
+	if counted != 28 || met < 17 || ranked < 18 {
+		t.Errorf("%d of %d goals and %d of %d rankings met, want at least 17 of 28 and 18", met, counted, ranked, len(v.Ranks))
+	}
+}
+
 // TestPredictionIsDeterministic: the same node predicts the same numbers.
 func TestPredictionIsDeterministic(t *testing.T) {
 	n, _ := calibrated(t)
