@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/nldump"
 	"github.com/rxlane/rxlane/internal/overlay"
 )
 
@@ -183,7 +184,7 @@ func modeOfProg(name string) string {
 // and name) and its XDP program (by name). It is how disable and stats
 // find a lane whose record is lost (another --state-dir, a kill).
 func findOurs() ([]Attachment, error) {
-	links, err := netlink.LinkList()
+	links, err := nldump.Retry(netlink.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list devices: %w", err)
 	}

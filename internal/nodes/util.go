@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/nldump"
 )
 
 // in runs fn inside the namespace file ns.
@@ -144,7 +146,7 @@ func waitLinkLocal(dev string) error {
 		if err != nil {
 			return err
 		}
-		as, err := netlink.AddrList(l, netlink.FAMILY_V6)
+		as, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V6) })
 		if err != nil {
 			return fmt.Errorf("list %s's addresses: %w", dev, err)
 		}

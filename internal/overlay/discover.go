@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/nldump"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -37,14 +38,10 @@ import (
 // destinations. The underlay device is the VXLAN device's link, or the
 // route to its first peer.
 func Discover() (Topology, error) {
-	t, err := discover()
 	// A link, address or route that changed during one of the netlink
 	// dumps (a pod being created beside a watcher's sync) interrupts it:
 	// read the whole topology again, not a half-consistent one.
-	for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 10; try++ {
-		t, err = discover()
-	}
-	return t, err
+	return nldump.Retry(discover)
 }
 
 func discover() (Topology, error) {

@@ -17,6 +17,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/nldump"
 )
 
 // The forward path proof.
@@ -136,7 +138,9 @@ func orUnread(v string, err error) string {
 
 // hasDefaultRoute: a unicast default route in the main table.
 func hasDefaultRoute(family int) bool {
-	rs, err := netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	rs, err := nldump.Retry(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return false
 	}
@@ -471,10 +475,8 @@ func familyName(f uint8) string {
 func nftBaseChains() ([]nftChain, error) {
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETCHAIN, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: unix.NFNETLINK_V0})
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
-	for try := 0; errors.Is(err, nl.ErrDumpInterrupted) && try < 3; try++ {
-		msgs, err = req.Execute(unix.NETLINK_NETFILTER, 0) // a ruleset commit raced the dump
-	}
+	// a ruleset commit that races the dump interrupts it
+	msgs, err := nldump.Retry(func() ([][]byte, error) { return req.Execute(unix.NETLINK_NETFILTER, 0) })
 	if err != nil {
 		return nil, err
 	}

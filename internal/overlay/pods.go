@@ -9,6 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/rxlane/rxlane/internal/nldump"
 )
 
 // podSide is what the other end of a host-side veth (a pod's or
@@ -63,7 +65,7 @@ func (p *pods) read(l netlink.Link) (*podSide, error) {
 	s := &podSide{}
 	_, err := VethPeerDo(l, p.ids, func(pl netlink.Link) error {
 		s.MAC = pl.Attrs().HardwareAddr
-		as, err := netlink.AddrList(pl, netlink.FAMILY_ALL)
+		as, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(pl, netlink.FAMILY_ALL) })
 		if err != nil {
 			return fmt.Errorf("list addresses of %s's peer: %w", l.Attrs().Name, err)
 		}

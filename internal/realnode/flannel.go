@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/nldump"
 	"github.com/rxlane/rxlane/internal/nodes"
 )
 
@@ -521,7 +522,7 @@ func (f *Flannel) routes(host string, dst netip.Prefix) (bool, error) {
 		if err != nil {
 			return nil // not made yet
 		}
-		rs, err := netlink.RouteList(l, netlink.FAMILY_V4)
+		rs, err := nldump.Retry(func() ([]netlink.Route, error) { return netlink.RouteList(l, netlink.FAMILY_V4) })
 		if err != nil {
 			return err
 		}
@@ -553,7 +554,7 @@ func (f *Flannel) readVTEPs() error {
 				return nil
 			}
 			f.RemoteVTEP = vx.HardwareAddr
-			as, err := netlink.AddrList(l, netlink.FAMILY_V4)
+			as, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 			if err != nil || len(as) == 0 {
 				return fmt.Errorf("no address on the remote's %s: %v", flVXLANDev, err)
 			}

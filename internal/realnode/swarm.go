@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/nldump"
 	"github.com/rxlane/rxlane/internal/nodes"
 )
 
@@ -694,7 +695,7 @@ func (s *Swarm) inspect(ctx context.Context, e *Engine, name string) (Container,
 		return Container{}, fmt.Errorf("container %s: MAC %q: %w", name, nw.MacAddress, err)
 	}
 	err = netns.Do(c.Netns, false, func() error {
-		links, err := netlink.LinkList()
+		links, err := nldump.Retry(netlink.LinkList)
 		if err != nil {
 			return err
 		}
@@ -784,7 +785,7 @@ func (s *Swarm) waitKnown(ctx context.Context, c Container) error {
 	for {
 		var found bool
 		err := netns.Do(s.RemoteSandbox, false, func() error {
-			ns, err := netlink.NeighList(0, netlink.FAMILY_V4)
+			ns, err := nldump.Retry(func() ([]netlink.Neigh, error) { return netlink.NeighList(0, netlink.FAMILY_V4) })
 			if err != nil {
 				return err
 			}
@@ -908,7 +909,7 @@ func (s *Swarm) fingerprint() (string, error) {
 	var b strings.Builder
 	for _, ns := range []string{s.Node.Netns, s.Sandbox} {
 		err := netns.Do(ns, false, func() error {
-			links, err := netlink.LinkList()
+			links, err := nldump.Retry(netlink.LinkList)
 			if err != nil {
 				return err
 			}
@@ -916,7 +917,7 @@ func (s *Swarm) fingerprint() (string, error) {
 				a := l.Attrs()
 				fmt.Fprintf(&b, "%s %v %d %d\n", a.Name, a.Flags, a.MasterIndex, a.MTU)
 			}
-			addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+			addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_ALL) })
 			if err != nil {
 				return err
 			}

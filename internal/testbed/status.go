@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+
+	"github.com/rxlane/rxlane/internal/netns"
+	"github.com/rxlane/rxlane/internal/nldump"
 )
 
 // LinkStatus is one device of a node as the kernel reports it.
@@ -141,7 +143,7 @@ func nodeLinks(c Config, n Node) ([]LinkStatus, error) {
 		return nil, fmt.Errorf("netlink handle in %s: %w", c.NS(n), err)
 	}
 	defer h.Close()
-	links, err := h.LinkList()
+	links, err := nldump.Retry(h.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list links in %s: %w", c.NS(n), err)
 	}
@@ -156,7 +158,7 @@ func nodeLinks(c Config, n Node) ([]LinkStatus, error) {
 			continue
 		}
 		ls := LinkStatus{Name: a.Name, Kind: l.Type(), Up: a.Flags&net.FlagUp != 0, MTU: a.MTU, Master: names[a.MasterIndex]}
-		addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := nldump.Retry(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_V4) })
 		if err != nil {
 			return nil, fmt.Errorf("list addresses of %s: %w", a.Name, err)
 		}
@@ -285,7 +287,7 @@ func LinkDropsAt(nsPath, prefix string, out map[string]DropCounters) error {
 		return fmt.Errorf("netlink handle in %s: %w", nsPath, err)
 	}
 	defer h.Close()
-	links, err := h.LinkList()
+	links, err := nldump.Retry(h.LinkList)
 	if err != nil {
 		return fmt.Errorf("list links in %s: %w", nsPath, err)
 	}

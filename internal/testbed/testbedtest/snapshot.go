@@ -2,16 +2,19 @@ package testbedtest
 
 import (
 	"fmt"
-	"github.com/rxlane/rxlane/internal/ethtool"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/rxlane/rxlane/internal/ethtool"
+	"github.com/rxlane/rxlane/internal/nldump"
+
+	"github.com/vishvananda/netlink"
+
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
-	"github.com/vishvananda/netlink"
 )
 
 // Snapshot is what "the testbed as it was" means to a datapath test: for
@@ -36,7 +39,7 @@ func NetnsSnapshot(t testing.TB, nsPath string) string {
 	n := filepath.Base(nsPath)
 	{
 		err := netns.Do(nsPath, true, func() error {
-			links, err := netlink.LinkList()
+			links, err := nldump.Retry(netlink.LinkList)
 			if err != nil {
 				return err
 			}
