@@ -19,12 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func now() int64 {
-	var t unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &t)
-	return unix.TimespecToNsec(t)
-}
-
 func main() {
 	every := flag.Duration("every", 100*time.Microsecond, "sleep between spins (0: spin without sleeping)")
 	spin := flag.Duration("spin", 2*time.Microsecond, "spin time per tick")
@@ -34,10 +28,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "idletick: want --every >= 0, --spin > 0, 0 < --duration <= 10m")
 		os.Exit(2)
 	}
-	end := now() + duration.Nanoseconds()
+	end := time.Now().Add(*duration)
+	// clock_nanosleep, not time.Sleep: the runtime's timers add their own
+	// slack to sleeps this short
 	sleep := unix.NsecToTimespec(every.Nanoseconds())
-	for t := now(); t < end; t = now() {
-		for stop := t + spin.Nanoseconds(); now() < stop; {
+	for t := time.Now(); t.Before(end); t = time.Now() {
+		for time.Since(t) < *spin {
 		}
 		if *every > 0 {
 			_ = unix.ClockNanosleep(unix.CLOCK_MONOTONIC, 0, &sleep, nil)

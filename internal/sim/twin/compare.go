@@ -258,28 +258,33 @@ func WriteTable(w io.Writer, rows []Row) {
 	}
 }
 
-// WriteValidation prints the table, the ranking checks that fail and a
-// summary.
-func (v *Validation) WriteValidation(w io.Writer) {
-	WriteTable(w, v.Rows)
-	met, all := 0, 0
+// Met counts the error goals met among the checked ones (calibration
+// cases are not goals) and the rankings met.
+func (v *Validation) Met() (goals, checked, ranks int) {
 	for _, r := range v.Rows {
 		if r.Calibration {
 			continue
 		}
 		for _, c := range r.Checks {
-			all++
+			checked++
 			if c.Met {
-				met++
+				goals++
 			}
 		}
 	}
-	rmet := 0
 	for _, k := range v.Ranks {
 		if k.Met {
-			rmet++
+			ranks++
 		}
 	}
+	return goals, checked, ranks
+}
+
+// WriteValidation prints the table, the ranking checks that fail and a
+// summary.
+func (v *Validation) WriteValidation(w io.Writer) {
+	WriteTable(w, v.Rows)
+	met, all, rmet := v.Met()
 	fmt.Fprintf(w, "\nerror goals met: %d of %d; rankings met: %d of %d\n", met, all, rmet, len(v.Ranks))
 	if m := v.Misses(); len(m) > 0 {
 		fmt.Fprintf(w, "misses:\n  %s\n", strings.Join(m, "\n  "))
