@@ -890,6 +890,29 @@ func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 	return nil
 }
 
+// CheckLateness validates the pacer's lateness (late_us, tail_us,
+// tail_share); the error names the field. Scenarios and the twin's pacer
+// files share it.
+func (p *Pacer) CheckLateness() error {
+	if len(p.LateUs) == 0 {
+		return fmt.Errorf("late_us: at least one value (us)")
+	}
+	for i, v := range p.LateUs {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("late_us[%d]: must be >= 0 (got %g)", i, v)
+		}
+	}
+	if !(p.TailShare >= 0 && p.TailShare < 1) || (p.TailShare > 0) != (len(p.TailUs) > 0) {
+		return fmt.Errorf("tail_share: must be in [0, 1), and > 0 exactly when tail_us is given (got %g with %d tail_us values)", p.TailShare, len(p.TailUs))
+	}
+	for i, v := range p.TailUs {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("tail_us[%d]: must be >= 0 (got %g)", i, v)
+		}
+	}
+	return nil
+}
+
 // checkArrival validates flow x's arrival process (field f names the
 // flow) and fills the closed loop's window of 1.
 func checkArrival(f string, x *FlowSpec) error {
@@ -901,21 +924,8 @@ func checkArrival(f string, x *FlowSpec) error {
 		if a.Type != "const" {
 			return fmt.Errorf("%s.arrival.pacer: only const arrivals are paced", f)
 		}
-		if len(p.LateUs) == 0 {
-			return fmt.Errorf("%s.arrival.pacer.late_us: at least one value (us)", f)
-		}
-		for i, v := range p.LateUs {
-			if !(v >= 0) || math.IsInf(v, 0) {
-				return fmt.Errorf("%s.arrival.pacer.late_us[%d]: must be >= 0", f, i)
-			}
-		}
-		if !(p.TailShare >= 0 && p.TailShare < 1) || (p.TailShare > 0) != (len(p.TailUs) > 0) {
-			return fmt.Errorf("%s.arrival.pacer.tail_share: must be in [0, 1), and > 0 exactly when tail_us is given", f)
-		}
-		for i, v := range p.TailUs {
-			if !(v >= 0) || math.IsInf(v, 0) {
-				return fmt.Errorf("%s.arrival.pacer.tail_us[%d]: must be >= 0", f, i)
-			}
+		if err := p.CheckLateness(); err != nil {
+			return fmt.Errorf("%s.arrival.pacer.%w", f, err)
 		}
 		if p.MaxLag == 0 {
 			p.MaxLag = 128

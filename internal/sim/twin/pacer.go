@@ -111,21 +111,8 @@ func (n *Node) UsePacer(path string) error {
 	if err := json.Unmarshal(b, &p); err != nil || p.Format != PacerFormat {
 		return fmt.Errorf("%w: pacer file %s is not a 'pacelat --json' report (format %q)", ErrInput, path, PacerFormat)
 	}
-	if len(p.LateUs) == 0 {
-		return fmt.Errorf("%w: pacer file %s has no lateness values", ErrInput, path)
-	}
-	for i, v := range p.LateUs {
-		if !(v >= 0) || math.IsInf(v, 0) {
-			return fmt.Errorf("%w: pacer file %s: late_us[%d] = %g, want >= 0", ErrInput, path, i, v)
-		}
-	}
-	if !(p.TailShare >= 0 && p.TailShare < 1) || (p.TailShare > 0) != (len(p.TailUs) > 0) {
-		return fmt.Errorf("%w: pacer file %s: tail_share %g with %d tail_us values: want a share in [0, 1), > 0 exactly when tail_us is given", ErrInput, path, p.TailShare, len(p.TailUs))
-	}
-	for i, v := range p.TailUs {
-		if !(v >= 0) || math.IsInf(v, 0) {
-			return fmt.Errorf("%w: pacer file %s: tail_us[%d] = %g, want >= 0", ErrInput, path, i, v)
-		}
+	if err := (&sim.Pacer{LateUs: p.LateUs, TailUs: p.TailUs, TailShare: p.TailShare}).CheckLateness(); err != nil {
+		return fmt.Errorf("%w: pacer file %s: %w", ErrInput, path, err)
 	}
 	s := append([]float64(nil), p.LateUs...)
 	sort.Float64s(s)
