@@ -400,12 +400,16 @@ func (f *Flannel) startEtcd() error {
 // flanneldArgs are a host's flanneld flags, as kube-flannel's DaemonSet
 // passes them (--ip-masq), with etcd instead of the Kubernetes API.
 func (f *Flannel) flanneldArgs(host string) []string {
-	sf := f.SubnetFile
-	if host == "remote" {
-		sf = f.RemoteSubnetFile
-	}
 	return []string{f.bins.Flanneld, "--etcd-endpoints=" + f.EtcdEndpoint, "--etcd-prefix=" + FlannelEtcdPrefix,
-		"--iface=" + flWireDev, "--subnet-file=" + sf, "--ip-masq"}
+		"--iface=" + flWireDev, "--subnet-file=" + f.subnetFile(host), "--ip-masq"}
+}
+
+// subnetFile is where a host's flanneld writes its lease.
+func (f *Flannel) subnetFile(host string) string {
+	if host == "remote" {
+		return f.RemoteSubnetFile
+	}
+	return f.SubnetFile
 }
 
 func (f *Flannel) hostNetns(host string) string {
@@ -433,10 +437,7 @@ func (f *Flannel) flanneldLog(host string) string {
 // i.e. holds its lease in etcd.
 func (f *Flannel) waitLease(host string) error {
 	p := f.procs["flanneld-"+host]
-	sf := f.SubnetFile
-	if host == "remote" {
-		sf = f.RemoteSubnetFile
-	}
+	sf := f.subnetFile(host)
 	deadline := time.Now().Add(f.opts.Timeout)
 	for {
 		if _, err := flReadSubnet(sf); err == nil {
