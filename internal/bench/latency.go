@@ -58,9 +58,9 @@ type LatencyOptions struct {
 	// (1 in 4 to 1 in 2 requests), which made the idle round trip slower
 	// than the loaded one and bimodal per repetition (docs/sim.md). A
 	// FIFO sender cannot be preempted by the echo server, which then runs
-	// as soon as the prober sleeps, without an IPI. A real client is on
-	// another machine; this keeps the prober's own scheduling out of the
-	// measurement. Ignored for --proto tcp and sockperf.
+	// as soon as the prober sleeps, without an IPI: a steady p50. Off by
+	// default: under load it lengthens the tail (docs/lab.md). Ignored
+	// for --proto tcp and sockperf.
 	ProbeFIFO bool
 	Paths     []string
 	Loads     []string
