@@ -15,6 +15,7 @@ type simTwinFlags struct {
 	calibRate string
 	pacer     string
 	stalls    string
+	wakeRace  string
 	mode      string
 	rate      string
 	cpus      int
@@ -52,7 +53,11 @@ JSON 'scripts/twin-appcpu' writes: a paced sender's wake-up lateness on the
 application CPU at the calibration load) the generator sends in the
 injector's catch-up bursts instead of on schedule; with --stalls (its
 spingap-rx.json: the gaps in which the receive CPU runs nothing of ours)
-the receive CPU stalls as measured. Nothing is fitted to any other case
+the receive CPU stalls as measured; with --wake-race (the JSON
+'scripts/wake-race' writes: the request's time on the receive CPU idle and
+loaded) only the part of the receive CPU's wake-up that the request waits
+for is on its path, the rest is CPU time paid before the CPU idles again.
+Nothing is fitted to any other case
 (docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
@@ -83,6 +88,7 @@ Examples:
 	fl.StringArrayVar(&f.calib, "calib", nil, "untraced bench report of the traced case (bench compare/latency JSON or twin measured file; repeatable)")
 	fl.StringVar(&f.pacer, "pacer", "", "the generator's wake-up lateness (scripts/twin-appcpu's pacelat-RATE.json); default: on schedule")
 	fl.StringVar(&f.stalls, "stalls", "", "the receive CPU's stalls (scripts/twin-appcpu's spingap-rx.json); default: none")
+	fl.StringVar(&f.wakeRace, "wake-race", "", "the request's segments idle and loaded (scripts/wake-race's wake-race.json): puts only the measured part of the receive CPU's wake-up on the request's path; default: all of it")
 	fl.StringVar(&f.calibRate, "calib-rate", "", "background rate of the calibration case, if the --calib files hold several (k and M suffixes)")
 	fl.StringVar(&f.mode, "mode", "", "case mode: vanilla, lanes-sync, lanes-queue, steer-static, steer-dynamic (default vanilla)")
 	fl.StringVar(&f.rate, "rate", "", "case background rate in packets/s, 0 = idle (default: the calibration rate)")
@@ -136,7 +142,7 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		}
 		meas = m
 	}
-	node, err := twin.CalibrateWith(trace, ms, calibRate, twin.Extras{Pacer: f.pacer, Stalls: f.stalls})
+	node, err := twin.CalibrateWith(trace, ms, calibRate, twin.Extras{Pacer: f.pacer, Stalls: f.stalls, WakeRace: f.wakeRace})
 	if err != nil {
 		return wrap(err)
 	}

@@ -221,8 +221,12 @@ type cpu struct {
 	// wakeCharge: what the next thread chunk pays for leaving idle
 	// (Kernel.ThreadWakeNs)
 	wakeCharge int64
-	kickSet    bool
-	kickFn     func()
+	// owedWake: the part of a wake-up from idle paid after the work
+	// (Kernel.WakeLatencyNs); idleEntry marks the chunk that pays it
+	owedWake  int64
+	idleEntry bool
+	kickSet   bool
+	kickFn    func()
 
 	acct, acct0  [nKinds]int64
 	netRx, irqs  int64
@@ -301,6 +305,7 @@ type Model struct {
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
 	wakeNs                                                     int64 // what an idle CPU pays to start running (Kernel.WakeNs)
+	wakeLatNs                                                  int64 // the part of it before the work (Kernel.WakeLatencyNs; -1: all)
 	sliceNs                                                    int64 // Kernel.ThreadSliceUs
 	threadWakeNs                                               int64 // Kernel.ThreadWakeNs
 	remoteNs                                                   int64
@@ -369,6 +374,10 @@ func (m *Model) setTimes() {
 	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
 	m.remoteNs = ns(k.RemoteStageNs)
 	m.wakeNs = ns(k.WakeNs)
+	m.wakeLatNs = -1
+	if k.WakeLatencyNs != nil {
+		m.wakeLatNs = min(ns(*k.WakeLatencyNs), m.wakeNs)
+	}
 	m.sliceNs = ns(k.ThreadSliceUs * 1000)
 	m.threadWakeNs = ns(k.ThreadWakeNs)
 	m.txNs = ns(sc.NIC.TxNs)
@@ -1014,7 +1023,10 @@ func (c *cpu) chunkEnd(l int) {
 	case lvlSoftirq:
 		c.sirqCont()
 	default:
-		if c.curThread == nil {
+		if c.idleEntry {
+			c.idleEntry = false
+			c.next()
+		} else if c.curThread == nil {
 			c.sirqCont()
 		} else {
 			c.threadDone()
@@ -1118,8 +1130,15 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 	}
 	if c.idle() {
 		// leaving idle: the wake-up (halt exit, scheduling the woken
-		// context) before the interrupt's work
-		cost += c.m.wakeNs
+		// context) before the interrupt's work; with WakeLatencyNs,
+		// only that much before it and the rest when the CPU next
+		// goes idle
+		if c.m.wakeLatNs < 0 {
+			cost += c.m.wakeNs
+		} else {
+			cost += c.m.wakeLatNs
+			c.owedWake += c.m.wakeNs - c.m.wakeLatNs
+		}
 	}
 	c.start(lvlIRQ, cost, kIRQ)
 }
@@ -1206,6 +1225,15 @@ func (c *cpu) pickThread() {
 	}
 	if c.deferred && !c.pending {
 		c.deferred = false
+	}
+	if c.owedWake > 0 {
+		// the wake-up's rest before the CPU idles again: at thread
+		// level, so interrupts and softirqs preempt it
+		d := c.owedWake
+		c.owedWake = 0
+		c.curThread, c.idleEntry = nil, true
+		c.start(lvlThread, d, kIRQ)
+		return
 	}
 	// the CPU goes idle: the next thread picked starts a slice
 	c.lastThread = nil

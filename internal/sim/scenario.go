@@ -69,8 +69,13 @@ type Kernel struct {
 	// it (leaving the idle state, switching to the woken context): paid
 	// once per idle-to-busy transition, so it costs less per packet the
 	// busier the CPU is. 0 by default.
-	WakeNs           float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
-	NoKsoftirqdDefer bool    `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
+	WakeNs float64 `yaml:"wake_ns" json:"wake_ns,omitempty"`
+	// WakeLatencyNs is the part of WakeNs paid before the interrupt's
+	// work; the rest is CPU time paid when the CPU next goes idle (in a
+	// VM, leaving and entering the idle state each cost exits; only the
+	// first delays the packet). nil: all of it before the work.
+	WakeLatencyNs    *float64 `yaml:"wake_latency_ns" json:"wake_latency_ns,omitempty"`
+	NoKsoftirqdDefer bool     `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
 	// ThreadSliceUs lets a thread with work left keep its CPU until it
 	// has run this long since it was picked, before another runnable
 	// thread gets it (EEVDF's RUN_TO_PARITY: a woken task, whatever its
@@ -553,6 +558,9 @@ func (s *Scenario) normalizeKernel() error {
 		if v < 0 {
 			return fmt.Errorf("kernel.%s: must be >= 0", name)
 		}
+	}
+	if k.WakeLatencyNs != nil && *k.WakeLatencyNs < 0 {
+		return fmt.Errorf("kernel.wake_latency_ns: must be >= 0 (omit it to pay all of wake_ns before the work)")
 	}
 	return nil
 }

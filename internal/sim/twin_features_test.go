@@ -83,6 +83,51 @@ func TestLoadAppAndWake(t *testing.T) {
 	}
 }
 
+// TestWakeLatency: with wake_latency_ns only that part of wake_ns delays
+// the woken CPU's work; the rest is busy time paid before it idles again.
+// A packet that arrives during that rest finds the CPU awake, pays no
+// wake-up, and preempts it.
+func TestWakeLatency(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		rate      float64
+		lat       float64
+		wantLatUs float64
+		wantBusy  float64
+	}{
+		// one packet per 100 us: 1 us of wake-up, the 1 us stage, then 4 us
+		// of wake-up before idling; busy 6 us per 100 us as without the split
+		{"sparse", 10000, 1000, 2, 0.06},
+		// all of the wake-up after the work
+		{"after", 10000, 0, 1, 0.06},
+		// one packet per 4 us: the second arrives during the first one's 4 us
+		// rest, preempts it and pays no wake-up; the rest resumes after it
+		// and ends before the third, which wakes the CPU again: per 8 us,
+		// 1 us wake-up + 2 stages + 4 us rest busy, and half the packets
+		// (the median) wait for nothing
+		{"dense", 250000, 1000, 1, 0.875},
+	} {
+		sc := twinBase()
+		sc.DurationMs = 20
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: c.rate}}}
+		sc.Kernel.WakeNs = 5000
+		sc.Kernel.WakeLatencyNs = &c.lat
+		r := mustRun(t, sc)
+		if lat := r.Flows[0].Latency.P50; math.Abs(lat-c.wantLatUs) > 0.1 {
+			t.Errorf("%s: latency %.2f us, want %.0f", c.name, lat, c.wantLatUs)
+		}
+		if busy := 1 - r.CPUs[1].Idle; math.Abs(busy-c.wantBusy) > 0.01 {
+			t.Errorf("%s: CPU 1 busy %.4f, want %.2f", c.name, busy, c.wantBusy)
+		}
+	}
+	sc := twinBase()
+	bad := -1.0
+	sc.Kernel.WakeLatencyNs = &bad
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "wake_latency_ns") {
+		t.Errorf("negative wake_latency_ns: %v", err)
+	}
+}
+
 // TestOffpathLatency: a flow's offpath adds a lognormal with the given
 // median and p99 to each packet's latency (here on top of a constant 1 us
 // path), is not counted as wait in the model, and delays a closed flow's

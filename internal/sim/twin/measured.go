@@ -273,6 +273,11 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 			return nil, err
 		}
 	}
+	if ex.WakeRace != "" {
+		if err := n.UseWakeRace(ex.WakeRace); err != nil {
+			return nil, err
+		}
+	}
 	// the application CPU's time per background packet: its busy time
 	// under load minus idle, in the first file that has both for vanilla
 	// (the calibration case's file first)

@@ -68,6 +68,9 @@ type Node struct {
 	// NAPI kthread's wake-up): its busy time per request at idle minus
 	// the request's receive path in the model.
 	WakeNs float64 `json:"wake_ns"`
+	// WakePathNs: the part of WakeNs on the request's path (UseWakeRace);
+	// the rest is CPU time paid when the CPU next idles. nil: all of it.
+	WakePathNs *float64 `json:"wake_path_ns,omitempty"`
 	// Stalls: the receive CPU's stalls (UseStalls); nil: none.
 	Stalls *sim.Stalls `json:"stalls,omitempty"`
 	// PacerLateUs: the generator's wake-up lateness (equally likely
@@ -368,6 +371,9 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	if n.GenShare > 0 && !c.NIC {
 		sc.Kernel.ThreadSliceUs = n.AppSliceUs
 		sc.Kernel.ThreadWakeNs = n.AppWakeNs
+	}
+	if n.WakePathNs != nil {
+		sc.Kernel.WakeLatencyNs = n.WakePathNs
 	}
 	if n.Stalls != nil && !c.NIC {
 		// this VM's receive CPU (a NIC node is not this VM)

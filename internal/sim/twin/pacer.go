@@ -56,6 +56,8 @@ type Extras struct {
 	Pacer string
 	// Stalls: scripts/spingap's file (UseStalls).
 	Stalls string
+	// WakeRace: scripts/wake-race's file (UseWakeRace).
+	WakeRace string
 }
 
 // appSliceUs: how long a running nice 0 thread that has just woken keeps

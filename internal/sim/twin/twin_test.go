@@ -2,6 +2,7 @@ package twin
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -176,8 +177,12 @@ func checkMisses(t *testing.T, v *Validation, known []string) {
 // quietMisses are the misses of TestQuietDay: a run of scripts/twin-validate
 // on 2026-11-27 (docs/sim.md, "A quiet day"), when the VM ran the receive
 // path twice as fast as on the reference day and the round trip under
-// load fell below the idle one, which the model does not do (the
-// application CPU's idleness, not modelled).
+// load fell below the idle one, which the model does not do: the echo
+// server's wake-up preempts the prober with a reschedule IPI in a share
+// of requests that the scheduler's state decides (docs/sim.md, "The
+// prober's wake-up race"), not modelled. With the same hour's
+// scripts/wake-race file the receive CPU's wake-up is mostly off the
+// request's path, which fixed the 300k p99s and every ranking.
 var quietMisses = []string{
 	"latency lanes-sync 100k p99_us",
 	"latency vanilla 150k p50_us",
@@ -188,21 +193,16 @@ var quietMisses = []string{
 	"latency lanes-queue 150k p99_us",
 	"latency vanilla 300k p50_us",
 	"latency lanes-sync 300k p50_us",
-	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p50_us",
-	"rank latency 150k p50_us vanilla vs lanes-sync",
-	"rank latency 150k p99_us vanilla vs lanes-sync",
-	"rank latency 300k p50_us vanilla vs lanes-sync",
-	"rank latency 150k p50_us lanes-sync vs lanes-queue",
-	"rank latency 300k p50_us lanes-sync vs lanes-queue",
 }
 
 // TestQuietDay validates the twin on a second day's complete live run
-// (trace, bench compare, micro-benchmarks, all from one
-// scripts/twin-validate run; testdata/twin/quiet-1127): the model must
+// (trace, bench compare and micro-benchmarks from one
+// scripts/twin-validate run, wake-race.json from scripts/wake-race later
+// that day; testdata/twin/quiet-1127): the model must
 // not get worse there while it is improved against the reference day
 // (TestOutOfSample). A new miss fails; fewer goals or rankings than
-// today's 17 of 28 and 18 of 23 fail.
+// 18 of 28 and 23 of 23 fail.
 func TestQuietDay(t *testing.T) {
 	dir := filepath.Join(testdata, "quiet-1127")
 	m, err := LoadMeasured(filepath.Join(dir, "compare.json"))
@@ -210,9 +210,12 @@ func TestQuietDay(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := CalibrateWith(filepath.Join(dir, "trace.json.gz"), []*Measured{m}, 100e3,
-		Extras{Pacer: filepath.Join(dir, "pacelat-100000.json"), Stalls: filepath.Join(dir, "spingap-rx.json")})
+		Extras{Pacer: filepath.Join(dir, "pacelat-100000.json"), Stalls: filepath.Join(dir, "spingap-rx.json"), WakeRace: filepath.Join(dir, "wake-race.json")})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n.WakePathNs == nil || *n.WakePathNs != 1000 {
+		t.Fatalf("wake-up on the path %v, want the file's 7 - 6 us", n.WakePathNs)
 	}
 	v, err := Validate(n, m)
 	if err != nil {
@@ -226,8 +229,8 @@ func TestQuietDay(t *testing.T) {
 			}
 		}
 	}
-	if met, counted, ranked := v.Met(); counted != 28 || met < 17 || ranked < 18 {
-		t.Errorf("%d of %d goals and %d of %d rankings met, want at least 17 of 28 and 18", met, counted, ranked, len(v.Ranks))
+	if met, counted, ranked := v.Met(); counted != 28 || met < 18 || ranked < 23 {
+		t.Errorf("%d of %d goals and %d of %d rankings met, want at least 18 of 28 and 23", met, counted, ranked, len(v.Ranks))
 	}
 }
 
@@ -507,5 +510,43 @@ func TestNICNodePrediction(t *testing.T) {
 	bad := Case{Bench: BenchThroughput, Mode: ModeVanilla, RatePPS: 1e5, NIC: true}
 	if err := bad.Validate(); err == nil || !errors.Is(err, ErrInput) {
 		t.Errorf("NIC on the throughput bench accepted: %v", err)
+	}
+}
+
+// TestWakeRaceFile: the on-path part of the wake-up is the idle request's
+// time on the receive CPU minus the smallest loaded one; a file without
+// both, or with too few requests, or of another format is refused by name.
+func TestWakeRaceFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "w.json")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	load := func(name string, n int, rx float64) string {
+		return fmt.Sprintf(`{"load":%q,"requests":%d,"segments_us":{"rx_cpu":%g}}`, name, n, rx)
+	}
+	n := &Node{}
+	if err := n.UseWakeRace(write(`{"format":"rxlane-wake-race/1","loads":[` + load("idle", 900, 7.5) + "," + load("150k", 900, 5) + "," + load("300k", 900, 6) + `]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n.WakePathNs == nil || *n.WakePathNs != 2500 {
+		t.Fatalf("wake path %v, want 2500 ns", n.WakePathNs)
+	}
+	// a loaded request slower than the idle one: nothing on the path
+	if err := n.UseWakeRace(write(`{"format":"rxlane-wake-race/1","loads":[` + load("idle", 900, 4) + "," + load("300k", 900, 6) + `]}`)); err != nil || *n.WakePathNs != 0 {
+		t.Fatalf("got %v, %v; want 0 ns", err, *n.WakePathNs)
+	}
+	for name, body := range map[string]string{
+		"not a 'scripts/wake-race' report": `{"format":"rxlane-pacelat/1"}`,
+		"idle and under load":    `{"format":"rxlane-wake-race/1","loads":[` + load("300k", 900, 6) + `]}`,
+		"at least 100 requests":  `{"format":"rxlane-wake-race/1","loads":[` + load("idle", 50, 7) + "," + load("300k", 900, 6) + `]}`,
+	} {
+		err := (&Node{}).UseWakeRace(write(body))
+		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: got %v", name, err)
+		}
 	}
 }
