@@ -204,7 +204,36 @@ var quietMisses = []string{
 // (TestOutOfSample). A new miss fails; fewer goals or rankings than
 // 18 of 28 and 23 of 23 fail.
 func TestQuietDay(t *testing.T) {
-	dir := filepath.Join(testdata, "quiet-1127")
+	validateDay(t, "quiet-1127", 1000, quietMisses, 18, 23)
+}
+
+// noisyMisses are the misses of TestNoisyRun: scripts/twin-validate at
+// 03:08 UTC on 2026-11-27, wake-race included, when the VM was noisier
+// (idle p99 174 us against 64 at 00:38). Only the loaded p50s at 150k
+// and 300k miss: the prober's wake-up race (docs/sim.md), not modelled.
+var noisyMisses = []string{
+	"latency vanilla 150k p50_us",
+	"latency lanes-sync 150k p50_us",
+	"latency vanilla 300k p50_us",
+	"latency lanes-sync 300k p50_us",
+	"latency lanes-queue 300k p50_us",
+}
+
+// TestNoisyRun validates the twin on a third live run of the same day
+// (testdata/twin/noisy-1127: trace, bench compare, micro-benchmarks and
+// wake-race from one scripts/twin-validate run). A new miss fails; fewer
+// than 23 of 28 goals and 23 of 23 rankings fail.
+func TestNoisyRun(t *testing.T) {
+	validateDay(t, "noisy-1127", 1000, noisyMisses, 23, 23)
+}
+
+// validateDay calibrates from one committed live run (dir under
+// testdata/twin) at 100k and validates it: the wake-up's on-path part
+// must be wakePath ns, the misses within known, every delivered rate
+// within 15%, and at least goals of 28 goals and ranks rankings met.
+func validateDay(t *testing.T, name string, wakePath float64, known []string, goals, ranks int) {
+	t.Helper()
+	dir := filepath.Join(testdata, name)
 	m, err := LoadMeasured(filepath.Join(dir, "compare.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -214,14 +243,14 @@ func TestQuietDay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.WakePathNs == nil || *n.WakePathNs != 1000 {
-		t.Fatalf("wake-up on the path %v, want the file's 7 - 6 us", n.WakePathNs)
+	if n.WakePathNs == nil || *n.WakePathNs != wakePath {
+		t.Fatalf("wake-up on the path %v ns, want the file's %.0f", n.WakePathNs, wakePath)
 	}
 	v, err := Validate(n, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkMisses(t, v, quietMisses)
+	checkMisses(t, v, known)
 	for _, r := range v.Rows {
 		for _, c := range r.Checks {
 			if c.Stat == "delivered_pps" && !c.Met && !r.Calibration {
@@ -229,8 +258,8 @@ func TestQuietDay(t *testing.T) {
 			}
 		}
 	}
-	if met, counted, ranked := v.Met(); counted != 28 || met < 18 || ranked < 23 {
-		t.Errorf("%d of %d goals and %d of %d rankings met, want at least 18 of 28 and 23", met, counted, ranked, len(v.Ranks))
+	if met, counted, ranked := v.Met(); counted != 28 || met < goals || ranked < ranks {
+		t.Errorf("%d of %d goals and %d of %d rankings met, want at least %d of 28 and %d", met, counted, ranked, len(v.Ranks), goals, ranks)
 	}
 }
 
