@@ -71,11 +71,6 @@ processes run on --app-cpu: one busy receive core. The echo server and the
 prober run at nice -20 (--app-sched nice, the default; normal is the old
 arrangement), so they do not wait behind the background generator, which
 shares their CPU here and would be other machines on a real network.
---probe-fifo runs the prober's sending thread at SCHED_FIFO 1: the echo
-server shares its CPU, and its wake-up preempts the prober going back to
-sleep with a reschedule IPI (~20 us on a VM) in 1 of 4 to 1 of 2 requests,
-which makes the idle p50 bimodal; with it the p50 is steady, but the tail
-under load grows (docs/lab.md has both, measured).
 /dev/cpu_dma_latency is held at 0 during the run (--hold-qos=false to
 measure with deep idle states; idle wake-ups add ~70 us on a VM).
 
@@ -249,7 +244,6 @@ func (pf *probeFlags) add(cmd *cobra.Command, o *bench.LatencyOptions) {
 	f.IntVar(&o.BgSize, "bg-size", o.BgSize, "background UDP payload in bytes")
 	f.IntVar(&o.BgFlows, "bg-flows", o.BgFlows, "number of background flows (distinct UDP source ports; udp only)")
 	f.StringVar(&o.AppSched, "app-sched", o.AppSched, "scheduling class of the measured application (echo server and rxlane's prober), the same for every mode: nice (nice -20, the default: it does not wait for the background generator's CPU time, which on a real host would be other machines') or normal (the old arrangement)")
-	f.BoolVar(&o.ProbeFIFO, "probe-fifo", o.ProbeFIFO, "run rxlane's UDP prober's sending thread at SCHED_FIFO 1, so the echo server it shares a CPU with never preempts it (a ~20 us reschedule IPI on a VM) while it goes back to sleep: a steady p50, but a longer tail under load, measured in docs/lab.md; the rate is then capped at 20000/s (ignored for --proto tcp and --prober sockperf)")
 	f.StringVar(&o.BgSched, "bg-sched", o.BgSched, "background generator scheduling class: normal, or idle (SCHED_IDLE: it only gets CPU time the measured applications leave, as if it ran on another machine)")
 	f.BoolVar(&o.HoldQoS, "hold-qos", o.HoldQoS, "hold /dev/cpu_dma_latency at 0 during the run")
 }

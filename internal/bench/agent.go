@@ -47,7 +47,6 @@ type AgentArgs struct {
 	// JSON, for a node that is not the testbed; flows differ in SrcPort.
 	Frame    string
 	ViaQdisc bool // inject: through the qdisc layer (tc egress), not around it
-	SendFIFO bool // probe (udp): the sending thread at SCHED_FIFO 1
 }
 
 // Argv renders the args as the agent command line.
@@ -57,7 +56,7 @@ func (a AgentArgs) Argv(self string) []string {
 		"-rate", fmt.Sprint(a.Rate), "-duration", a.Duration.String(), "-warmup", a.Warmup.String(),
 		"-dev", a.Dev, "-path", a.Path, "-vni", fmt.Sprint(a.VNI), "-port", fmt.Sprint(a.Port),
 		"-dst-port", fmt.Sprint(a.DstPort), "-flows", fmt.Sprint(a.Flows), "-count", fmt.Sprint(a.Count), "-sched", a.Sched, fmt.Sprintf("-via-qdisc=%v", a.ViaQdisc),
-		"-frame", a.Frame, fmt.Sprintf("-send-fifo=%v", a.SendFIFO)}
+		"-frame", a.Frame}
 }
 
 // AgentMain parses an agent command line (ROLE then flags, as Argv
@@ -86,7 +85,6 @@ func AgentMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&a.Sched, "sched", BgSchedNormal, "")
 	fs.BoolVar(&a.ViaQdisc, "via-qdisc", false, "")
 	fs.StringVar(&a.Frame, "frame", "", "")
-	fs.BoolVar(&a.SendFIFO, "send-fifo", false, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("agent %s: %w", a.Role, err)
 	}
@@ -142,7 +140,7 @@ func RunAgent(ctx context.Context, a AgentArgs, out io.Writer) error {
 		if err := setSched(a.Sched); err != nil {
 			return err
 		}
-		cfg := ProbeConfig{Proto: a.Proto, Dst: a.Addr, Rate: a.Rate, Duration: a.Duration, Size: a.Size, Warmup: a.Warmup, Grace: 500 * time.Millisecond, SendFIFO: a.SendFIFO}
+		cfg := ProbeConfig{Proto: a.Proto, Dst: a.Addr, Rate: a.Rate, Duration: a.Duration, Size: a.Size, Warmup: a.Warmup, Grace: 500 * time.Millisecond}
 		var res ProbeResult
 		if a.Proto == "tcp" {
 			conn, err := net.Dial("tcp4", a.Addr)

@@ -119,7 +119,6 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"bg-sched":   func(o *LatencyOptions) { o.BgSched = "realtime" },
 		"app-sched":  func(o *LatencyOptions) { o.AppSched = "fifo" },
 		"app-sched ": func(o *LatencyOptions) { o.AppSched = AppSchedNice; o.Prober = "sockperf" },
-		"rate ":      func(o *LatencyOptions) { o.ProbeFIFO = true; o.Rate = 50000 },
 	} {
 		o := base
 		mod(&o)

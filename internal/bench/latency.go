@@ -48,29 +48,11 @@ type LatencyOptions struct {
 	// AppSched is the measured application's (echo server and rxlane's
 	// prober) scheduling class: normal, or nice (nice -20).
 	AppSched string
-	// ProbeFIFO runs rxlane's UDP prober's sending thread at SCHED_FIFO
-	// 1. The prober shares the application CPU with the echo server, and
-	// after each send it takes ~8 us to go back to sleep; an echo server
-	// woken inside that window (its request crossed the receive CPU
-	// faster) preempts it at nice -20 with a reschedule IPI, which on this
-	// nested VM costs ~20 us before the echo server sends. Whether the
-	// wake-up lands inside the window is a race that changes with load
-	// (1 in 4 to 1 in 2 requests), which made the idle round trip slower
-	// than the loaded one and bimodal per repetition (docs/sim.md). A
-	// FIFO sender cannot be preempted by the echo server, which then runs
-	// as soon as the prober sleeps, without an IPI: a steady p50. Off by
-	// default: under load it lengthens the tail (docs/lab.md). Ignored
-	// for --proto tcp and sockperf.
-	ProbeFIFO bool
-	Paths     []string
-	Loads     []string
-	HoldQoS   bool // hold /dev/cpu_dma_latency at 0 during the run
-	Progress  io.Writer
+	Paths    []string
+	Loads    []string
+	HoldQoS  bool // hold /dev/cpu_dma_latency at 0 during the run
+	Progress io.Writer
 }
-
-// maxFIFOProbeRate bounds the request rate of a SCHED_FIFO prober: at
-// ~10 us of CPU per request it leaves the application CPU at least 80%.
-const maxFIFOProbeRate = 20000
 
 // Validate checks the options; errors name the flag.
 func (o LatencyOptions) Validate() error {
@@ -103,8 +85,6 @@ func (o LatencyOptions) Validate() error {
 		return fmt.Errorf("app-sched %q: want %s or %s", o.AppSched, BgSchedNormal, AppSchedNice)
 	case o.AppSched == AppSchedNice && o.Prober == "sockperf":
 		return fmt.Errorf("app-sched %s: applies to rxlane's own prober and echo server, not to sockperf", AppSchedNice)
-	case o.probeFIFO() && o.Rate > maxFIFOProbeRate:
-		return fmt.Errorf("rate %g: with probe-fifo the sending thread runs at SCHED_FIFO and must sleep between requests, want rate <= %d (or --probe-fifo=false)", o.Rate, maxFIFOProbeRate)
 	case o.BgFlows < 1 || o.BgFlows > 1024:
 		return fmt.Errorf("bg-flows %d: want 1..1024", o.BgFlows)
 	case len(o.Paths) == 0 || len(o.Loads) == 0:
@@ -209,9 +189,6 @@ type OptionsJSON struct {
 	BgProto    string  `json:"bg_proto"`
 	BgSched    string  `json:"bg_sched"`
 	AppSched   string  `json:"app_sched"`
-	// ProbeFIFO: the prober's sending thread ran at SCHED_FIFO (only
-	// where it applies: rxlane's UDP prober).
-	ProbeFIFO bool `json:"probe_fifo"`
 }
 
 // Latency runs every case Reps times (repetition-major, so the cases of one
@@ -383,12 +360,7 @@ func runProber(ctx context.Context, tb testbed.Config, o LatencyOptions, client 
 
 // ProbeArgs are the prober's arguments for the high-priority flow to dst.
 func ProbeArgs(o LatencyOptions, dst string) AgentArgs {
-	return AgentArgs{Role: "probe", Proto: o.Proto, Addr: dst, Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched, SendFIFO: o.probeFIFO()}
-}
-
-// probeFIFO says whether ProbeFIFO applies: rxlane's own UDP prober.
-func (o LatencyOptions) probeFIFO() bool {
-	return o.ProbeFIFO && o.Prober != "sockperf" && o.Proto == "udp"
+	return AgentArgs{Role: "probe", Proto: o.Proto, Addr: dst, Size: o.Size, Rate: o.Rate, Duration: o.Duration, Warmup: o.Warmup, Sched: o.AppSched}
 }
 
 // WaitProbe waits for a started prober's result; when ctx ends first it
@@ -502,7 +474,7 @@ func (o LatencyOptions) OptionsJSON() OptionsJSON {
 		o.AppSched = BgSchedNormal
 	}
 	return OptionsJSON{Reps: o.Reps, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Proto: o.Proto, Prober: o.Prober,
-		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto, BgSched: o.BgSched, AppSched: o.AppSched, ProbeFIFO: o.probeFIFO()}
+		RatePerSec: o.Rate, Size: o.Size, BgRatePPS: o.BgRate, BgSize: o.BgSize, BgFlows: o.BgFlows, BgProto: o.BgProto, BgSched: o.BgSched, AppSched: o.AppSched}
 }
 
 // HoldQoS holds /dev/cpu_dma_latency at 0 when want is set, and reports

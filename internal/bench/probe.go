@@ -29,9 +29,6 @@ type ProbeConfig struct {
 	Size     int           // request size in bytes (>= 16)
 	Warmup   time.Duration // samples sent during warmup are not kept
 	Grace    time.Duration // how long to wait for late replies (UDP)
-	// SendFIFO runs the UDP prober's sending loop on a thread of its own
-	// at SCHED_FIFO 1 (see LatencyOptions.ProbeFIFO for why).
-	SendFIFO bool
 }
 
 // ProbeResult holds every kept round-trip time.
@@ -41,9 +38,6 @@ type ProbeResult struct {
 	Lost    int64   `json:"lost"`
 	RTTns   []int64 `json:"rtt_ns"`
 	Seconds float64 `json:"seconds"`
-	// SenderSched is the sending thread's scheduling policy as the
-	// kernel reports it while the prober runs: "fifo" or "normal".
-	SenderSched string `json:"sender_sched,omitempty"`
 }
 
 // ServeEchoTCP answers requests of size bytes on every connection accepted
@@ -114,18 +108,6 @@ func RunProbeUDP(ctx context.Context, cfg ProbeConfig, fd int) (ProbeResult, err
 			mu.Unlock()
 		}
 	}()
-	// The sending loop keeps this goroutine's thread from here on (the
-	// receiver has its own), so its scheduling class stays with it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	sched, restore, err := senderSched(cfg.SendFIFO)
-	defer restore()
-	if err != nil {
-		stop.Store(true)
-		<-done
-		return res, err
-	}
-	res.SenderSched = sched
 	msg := make([]byte, cfg.Size)
 	p := newPacer(time.Duration(float64(time.Second) / cfg.Rate))
 	var seq uint64
@@ -156,34 +138,6 @@ func RunProbeUDP(ctx context.Context, cfg ProbeConfig, fd int) (ProbeResult, err
 	res.Sent = int64(seq) - warmSent
 	res.Lost = res.Sent - int64(len(res.RTTns))
 	return res, ctx.Err()
-}
-
-// senderSched puts the calling (locked) thread at SCHED_FIFO 1 when fifo is
-// set and returns the policy the kernel then reports for it, and a restore
-// that puts the thread's old policy back before it returns to Go's pool. A
-// thread that sleeps until its next send and sends one request per slot
-// cannot hold a CPU; the rate cap in LatencyOptions.Validate keeps it so.
-func senderSched(fifo bool) (string, func(), error) {
-	restore := func() {}
-	old, err := unix.SchedGetAttr(0, 0)
-	if err != nil {
-		return "", restore, fmt.Errorf("probe: read the sending thread's policy: %w", err)
-	}
-	if fifo {
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}
-		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
-			return "", restore, fmt.Errorf("probe: SCHED_FIFO for the sending thread: %w", err)
-		}
-		restore = func() { unix.SchedSetAttr(0, old, 0) }
-	}
-	got, err := unix.SchedGetAttr(0, 0)
-	if err != nil {
-		return "", restore, fmt.Errorf("probe: read the sending thread's policy: %w", err)
-	}
-	if got.Policy == unix.SCHED_FIFO {
-		return "fifo", restore, nil
-	}
-	return "normal", restore, nil
 }
 
 // RunProbeTCP runs the client over conn, a TCP connection to the echo

@@ -39,7 +39,7 @@ func (r *LatencyReport) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "high-priority flow: %s request/response, %d B, %.0f req/s, %.0fs x %d reps; background: %.0f kpps of %d B UDP (%d flows)\n",
 		o.Proto, o.Size, o.RatePerSec, o.DurationS, o.Reps, o.BgRatePPS/1e3, o.BgSize, o.BgFlows)
-	fmt.Fprintf(w, "%s; %s; cpu_dma_latency held at 0: %v\n\n", LayoutLine(r.Testbed), AppSchedLine(o), r.QoSHeld)
+	fmt.Fprintf(w, "%s; %s; cpu_dma_latency held at 0: %v\n\n", LayoutLine(r.Testbed), AppSchedLine(o.AppSched), r.QoSHeld)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tload\tavg\tp50\tp90\tp99\tp99.9\tmax\tp50 range\tp99 range\tloss %\t")
 	for _, c := range r.Cases {
@@ -97,15 +97,11 @@ func LayoutLine(c testbed.Config) string {
 }
 
 // AppSchedLine says how the measured application is scheduled.
-func AppSchedLine(o OptionsJSON) string {
-	s := "application (echo server, prober): normal priority (--app-sched normal)"
-	if o.AppSched == AppSchedNice {
-		s = "application (echo server, prober): nice -20 (--app-sched nice)"
+func AppSchedLine(s string) string {
+	if s == AppSchedNice {
+		return "application (echo server, prober): nice -20 (--app-sched nice)"
 	}
-	if o.ProbeFIFO {
-		s += ", the prober's sending thread SCHED_FIFO 1 (--probe-fifo)"
-	}
-	return s
+	return "application (echo server, prober): normal priority (--app-sched normal)"
 }
 
 // FmtUsPkt formats microseconds per packet, "-" for none.

@@ -17,7 +17,10 @@ const (
 	// to batch work would be: the scheduler runs it soon after its packet
 	// wakes it instead of after the background generator's slice.
 	// (SCHED_FIFO was tried and doubled the idle round trip: the Go
-	// runtime's spinning threads then hold the shared CPU.)
+	// runtime's spinning threads then hold the shared CPU. The prober's
+	// sending thread alone at SCHED_FIFO 1 steadied the p50 but lengthened
+	// the tail under load and, in some runs, cost the prober a third of its
+	// requests and the generator a quarter of its rate: docs/lab.md.)
 	AppSchedNice = "nice"
 )
 

@@ -784,7 +784,7 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	} else if r.Node != "" && r.Node != NodeTestbed {
 		fmt.Fprintf(w, "node: %s-shaped, built fresh (one pod, a remote host on a veth wire; flow and flood from the remote to the pod)\n", r.Node)
 	}
-	fmt.Fprintf(w, "%s\n%s", bench.LayoutLine(r.Testbed), bench.AppSchedLine(o))
+	fmt.Fprintf(w, "%s\n%s", bench.LayoutLine(r.Testbed), bench.AppSchedLine(o.AppSched))
 	if slices.Contains(r.Modes, ModeVanillaNormal) {
 		fmt.Fprintf(w, " (%s: vanilla with the application at normal priority, the old arrangement)", ModeVanillaNormal)
 	}

@@ -1039,6 +1039,12 @@ func (c *cpu) idle() bool {
 }
 
 func (c *cpu) kick() {
+	if c.idleEntry && c.slots[lvlThread].running {
+		// woken while paying a wake-up's rest: the thread runs now
+		c.dropIdleEntry()
+		c.next()
+		return
+	}
 	if c.kickSet || !c.idle() {
 		return
 	}
@@ -1177,10 +1183,38 @@ func (c *cpu) next() {
 		return
 	}
 	if c.slots[lvlThread].active {
+		if c.idleEntry && c.threadReady() {
+			// a thread became runnable: the CPU does not idle after all,
+			// and the rest of the wake-up is not paid
+			c.dropIdleEntry()
+			c.pickThread()
+			return
+		}
 		c.resume(lvlThread)
 		return
 	}
 	c.pickThread()
+}
+
+// threadReady says whether a thread (or ksoftirqd) has work.
+func (c *cpu) threadReady() bool {
+	for _, t := range c.threads {
+		if t.hasWork() {
+			return true
+		}
+	}
+	return c.deferred && c.pending
+}
+
+// dropIdleEntry ends the chunk paying a wake-up's rest (owedWake) early,
+// counting what it ran.
+func (c *cpu) dropIdleEntry() {
+	s := &c.slots[lvlThread]
+	if s.running {
+		c.pause(lvlThread)
+	}
+	s.active, s.preempted = false, false
+	c.idleEntry = false
 }
 
 func (c *cpu) pickThread() {

@@ -120,7 +120,28 @@ func TestWakeLatency(t *testing.T) {
 			t.Errorf("%s: CPU 1 busy %.4f, want %.2f", c.name, busy, c.wantBusy)
 		}
 	}
+	// a thread woken during the rest runs at once: the CPU does not idle,
+	// and the rest is not paid. Packet 1 (0 us) wakes CPU 0: 1 us, the
+	// wire (1-2), app b (2-3), then the rest from 3 us; packet 2 (3.5 us)
+	// preempts it: the wire (3.5-4.5), then b at once (4.5-5.5), not after
+	// the rest's 3.5 us left.
+	cpu0, lat := 0, 1000.0
 	sc := twinBase()
+	sc.Stages = sc.Stages[:1]
+	sc.NIC.RSSCPUs = []int{0}
+	sc.Apps = []AppSpec{{Name: "b", CPU: &cpu0, Cost: Cost{Ns: 1000}}}
+	sc.Flows = []FlowSpec{{Name: "B1", Path: []string{"wire"}, App: "b", Arrival: Arrival{Type: "burst", Count: 1}},
+		{Name: "B2", Path: []string{"wire"}, App: "b", Arrival: Arrival{Type: "burst", Count: 1, StartUs: 3.5}}}
+	sc.Kernel.WakeNs = 5000
+	sc.Kernel.WakeLatencyNs = &lat
+	r := mustRun(t, sc)
+	if got := r.Flows[1].Latency.Max; math.Abs(got-2) > 0.05 {
+		t.Errorf("thread woken during the rest: done after %.2f us, want 2", got)
+	}
+	if busy := (1 - r.CPUs[0].Idle) * sc.DurationMs * 1000; math.Abs(busy-5.5) > 0.05 {
+		t.Errorf("CPU 0 busy %.2f us, want 5.5 (the rest cut short)", busy)
+	}
+	sc = twinBase()
 	bad := -1.0
 	sc.Kernel.WakeLatencyNs = &bad
 	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "wake_latency_ns") {
