@@ -69,17 +69,29 @@ type Extras struct {
 // only has to exceed their bursts.
 const appSliceUs = 3000
 
+// readReport reads a micro-benchmark's JSON report of the given format
+// into v; what names the input in errors, tool the command that writes it.
+func readReport(path, what, tool, format string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: read %s file: %w", ErrInput, what, err)
+	}
+	var head struct {
+		Format string `json:"format"`
+	}
+	if json.Unmarshal(b, &head) != nil || head.Format != format || json.Unmarshal(b, v) != nil {
+		return fmt.Errorf("%w: %s file %s is not a '%s' report (format %q)", ErrInput, what, path, tool, format)
+	}
+	return nil
+}
+
 // UseStalls takes the receive CPU away as scripts/spingap measured it
 // there (a SCHED_FIFO spinner, as the wire's NAPI thread, with no
 // traffic): sim's kernel.stalls on the receive CPU.
 func (n *Node) UseStalls(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("%w: read stalls file: %w", ErrInput, err)
-	}
 	var f StallFile
-	if err := json.Unmarshal(b, &f); err != nil || f.Format != StallFormat {
-		return fmt.Errorf("%w: stalls file %s is not a 'spingap --json' report (format %q)", ErrInput, path, StallFormat)
+	if err := readReport(path, "stalls", "spingap --json", StallFormat, &f); err != nil {
+		return err
 	}
 	st := &sim.Stalls{PerS: f.PerS, Us: f.Us, CPUs: []int{n.RxCPU}}
 	probe := sim.Scenario{DurationMs: 1, CPUs: n.CPUs, Kernel: sim.Kernel{Stalls: st}, Stages: []sim.StageSpec{{Name: "w", Kind: "nic"}},
@@ -105,13 +117,9 @@ func (n *Node) UseStalls(path string) error {
 // catch-up bursts (sim's arrival.pacer, max_lag 128 as
 // internal/bench/inject.go) instead of on schedule.
 func (n *Node) UsePacer(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("%w: read pacer file: %w", ErrInput, err)
-	}
 	var p PacerFile
-	if err := json.Unmarshal(b, &p); err != nil || p.Format != PacerFormat {
-		return fmt.Errorf("%w: pacer file %s is not a 'pacelat --json' report (format %q)", ErrInput, path, PacerFormat)
+	if err := readReport(path, "pacer", "pacelat --json", PacerFormat, &p); err != nil {
+		return err
 	}
 	if err := (&sim.Pacer{LateUs: p.LateUs, TailUs: p.TailUs, TailShare: p.TailShare}).CheckLateness(); err != nil {
 		return fmt.Errorf("%w: pacer file %s: %w", ErrInput, path, err)

@@ -1,10 +1,8 @@
 package twin
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 )
 
 // WakeRaceFormat names scripts/wake-race's JSON.
@@ -38,13 +36,9 @@ type WakeRaceLoad struct {
 // idle state each cost exits, and the wire's transmit finds the kthread
 // quickly.
 func (n *Node) UseWakeRace(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("%w: read wake-race file: %w", ErrInput, err)
-	}
 	var f WakeRaceFile
-	if err := json.Unmarshal(b, &f); err != nil || f.Format != WakeRaceFormat {
-		return fmt.Errorf("%w: wake-race file %s is not a 'scripts/wake-race' report (format %q)", ErrInput, path, WakeRaceFormat)
+	if err := readReport(path, "wake-race", "scripts/wake-race", WakeRaceFormat, &f); err != nil {
+		return err
 	}
 	idle, loaded := math.NaN(), math.Inf(1)
 	for _, l := range f.Loads {
