@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rxlane/rxlane/internal/testbed"
 )
@@ -140,5 +142,30 @@ func TestEmptySpreadIsNullInJSON(t *testing.T) {
 	b, _ = json.Marshal(SpreadOf([]float64{2}))
 	if string(b) != `{"median":2,"min":2,"max":2}` {
 		t.Errorf("spread marshals as %s", b)
+	}
+}
+
+// TestShortProbe: a repetition whose paced UDP prober sent less than 90%
+// of the requests due is named in a warning; one on schedule, a TCP or
+// sockperf prober, or a schedule too short to judge is not.
+func TestShortProbe(t *testing.T) {
+	o := LatencyOptions{Prober: "rxlane", Proto: "udp", Rate: 2000, Duration: 3 * time.Second, Warmup: 500 * time.Millisecond}
+	if w := ShortProbe(o, RepResult{Sent: 4990}, "x"); w != "" {
+		t.Errorf("on schedule: %q", w)
+	}
+	w := ShortProbe(o, RepResult{Sent: 3056}, "vanilla busy 300k rep 2")
+	if !strings.HasPrefix(w, "vanilla busy 300k rep 2: the prober sent 3056 of the 5000 requests due (61%)") {
+		t.Errorf("short: %q", w)
+	}
+	for name, mod := range map[string]func(*LatencyOptions){
+		"tcp":      func(o *LatencyOptions) { o.Proto = "tcp" },
+		"sockperf": func(o *LatencyOptions) { o.Prober = "sockperf" },
+		"brief":    func(o *LatencyOptions) { o.Rate = 10 },
+	} {
+		oo := o
+		mod(&oo)
+		if w := ShortProbe(oo, RepResult{Sent: 1}, "x"); w != "" {
+			t.Errorf("%s: %q", name, w)
+		}
 	}
 }

@@ -227,6 +227,9 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 				return rep, fmt.Errorf("%s %s rep %d: %w", c.Path, c.Load, r+1, err)
 			}
 			c.Reps = append(c.Reps, res)
+			if w := ShortProbe(o, res, fmt.Sprintf("%s %s rep %d", c.Path, c.Load, r+1)); w != "" {
+				rep.Warnings = append(rep.Warnings, w)
+			}
 			Progressf(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgDeliveredPPS/1e3)
 		}
 	}
@@ -344,6 +347,23 @@ func FinishCase(pr ProbeResult, before, after Sample, sink, inj *Agent, rxCPU in
 		res.RxCPUUsPerBgPkt = res.CPUs[rxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
 	}
 	return res, nil
+}
+
+// ShortProbe is a warning when rxlane's paced UDP prober sent less than
+// 90% of the requests due in a repetition: its sending thread did not get
+// the application CPU in time (a slot it is late for is skipped, not sent
+// later), so that repetition's round trips were measured on a CPU held by
+// something else. "" when it kept to its schedule or does not apply (TCP's
+// closed loop, sockperf). what names the repetition.
+func ShortProbe(o LatencyOptions, res RepResult, what string) string {
+	if o.Prober != "rxlane" || o.Proto != "udp" {
+		return ""
+	}
+	due := o.Rate * (o.Duration - o.Warmup).Seconds()
+	if due < 100 || float64(res.Sent) >= 0.9*due {
+		return ""
+	}
+	return fmt.Sprintf("%s: the prober sent %d of the %.0f requests due (%.0f%%): its thread did not get the application CPU in time, so this repetition's round trips were measured on a CPU held by something else", what, res.Sent, due, 100*float64(res.Sent)/due)
 }
 
 // runProber runs the high-priority flow's client to completion.

@@ -552,6 +552,9 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 				}
 				cc.addLaneDelta(before, laneStats(dpo, rules, c.mode))
 				cc.Reps = append(cc.Reps, res)
+				if w := bench.ShortProbe(oc, res, fmt.Sprintf("%s %s rep %d", c.mode, label, r+1)); w != "" {
+					rep.Warnings = append(rep.Warnings, w)
+				}
 				cc.Lost += res.Lost
 				cc.addDrops(res.Drops)
 				bench.Progressf(o.Progress, "        p50 %.0f us, p99 %.0f us, lost %d/%d, bg %.0f kpps sent, %.0f delivered", res.Latency.P50, res.Latency.P99, res.Lost, res.Sent, res.BgSentPPS/1e3, res.BgDeliveredPPS/1e3)
