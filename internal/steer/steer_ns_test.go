@@ -161,8 +161,13 @@ func backlogPackets(t *testing.T, fn func()) map[int]float64 {
 }
 
 // stageSlack is the share of a steered stage's packets the backlog tracer
-// must see on the chosen CPU (see TestSteerOnTestbed).
-const stageSlack = 0.95
+// must see on the chosen CPU (see TestSteerOnTestbed). The tracer now and
+// then misses some of CPU 0's backlog polls while no other CPU shows them
+// (1950 of 2000 on the testbed; 910 of 1000 once in CI on the calico
+// layout's IPv6 vxlan stage, with CPU 1 at its unsteered 502, the same as
+// in passing runs). A stage on the wrong CPU leaves CPU 0 (almost) none,
+// so 0.85 still tells the two apart.
+const stageSlack = 0.85
 
 // TestSteerOnTestbed steers one stage at a time on a fresh testbed (CPU
 // set {0, 1}; the rxcore layout runs hostB's wire stage on CPU 1 and the
