@@ -18,6 +18,9 @@ type pacer struct {
 	// maxLag is how many missed slots a late caller may still use, back
 	// to back, before the rest are skipped (0: none).
 	maxLag int64
+	// raw: sleep in a raw system call (rawSleepUntil: the measured
+	// application's agents), not through the runtime's syscall path.
+	raw bool
 }
 
 func newPacer(interval time.Duration) *pacer {
@@ -34,7 +37,11 @@ func (p *pacer) wait() (skipped int64) {
 	due := time.Duration(p.n) * p.interval
 	if time.Since(p.start) < due {
 		ts := unix.NsecToTimespec(unix.TimespecToNsec(p.startMon) + due.Nanoseconds())
-		for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+		if p.raw {
+			rawSleepUntil(&ts)
+		} else {
+			for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+			}
 		}
 	}
 	now := int64(time.Since(p.start) / p.interval)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"sync"
@@ -74,11 +73,13 @@ func ServeEchoTCP(ctx context.Context, ln net.Listener, size int) error {
 }
 
 // RunProbeUDP runs the client over fd, a blocking UDP socket connected to
-// the echo server.
+// the echo server. Its sender and receiver wait in raw system calls
+// (rawwait.go), each on its own locked thread.
 func RunProbeUDP(ctx context.Context, cfg ProbeConfig, fd int) (ProbeResult, error) {
 	if cfg.Size < probeHeader {
 		cfg.Size = probeHeader
 	}
+	rawWaitProcs(2)
 	res := ProbeResult{Proto: "udp"}
 	start := time.Now()
 	warm := cfg.Warmup.Nanoseconds()
@@ -91,7 +92,7 @@ func RunProbeUDP(ctx context.Context, cfg ProbeConfig, fd int) (ProbeResult, err
 		runtime.LockOSThread()
 		buf := make([]byte, 65536)
 		for !stop.Load() {
-			n, err := unix.Read(fd, buf)
+			n, err := rawRead(fd, buf)
 			if err != nil || n < probeHeader {
 				continue // timeout (checks stop), ICMP error, runt
 			}
@@ -108,8 +109,11 @@ func RunProbeUDP(ctx context.Context, cfg ProbeConfig, fd int) (ProbeResult, err
 			mu.Unlock()
 		}
 	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	msg := make([]byte, cfg.Size)
 	p := newPacer(time.Duration(float64(time.Second) / cfg.Rate))
+	p.raw = true
 	var seq uint64
 	var warmSent int64
 	for ctx.Err() == nil && time.Since(start) < cfg.Duration {
@@ -120,7 +124,7 @@ func RunProbeUDP(ctx context.Context, cfg ProbeConfig, fd int) (ProbeResult, err
 		seq++
 		// A failed send (e.g. ECONNREFUSED from an ICMP error) is a lost
 		// request, not a failed run.
-		unix.Write(fd, msg)
+		rawWrite(fd, msg)
 		if now < warm {
 			warmSent++
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -63,18 +64,23 @@ func timedOut(err error) bool {
 	return errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)
 }
 
-// serveEchoUDP answers every datagram on fd until ctx ends.
+// serveEchoUDP answers every datagram on fd until ctx ends, waiting in
+// raw system calls on its own locked thread (rawwait.go).
 func serveEchoUDP(ctx context.Context, fd int) error {
+	rawWaitProcs(1)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	buf := make([]byte, 65536)
+	var from rawPeer
 	for ctx.Err() == nil {
-		n, from, err := unix.Recvfrom(fd, buf, 0)
+		n, err := rawRecvfrom(fd, buf, &from)
 		if err != nil {
 			if timedOut(err) {
 				continue
 			}
 			return fmt.Errorf("echo receive: %w", err)
 		}
-		unix.Sendto(fd, buf[:n], 0, from)
+		rawSendto(fd, buf[:n], &from)
 	}
 	return nil
 }
