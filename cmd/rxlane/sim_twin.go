@@ -56,8 +56,11 @@ spingap-rx.json: the gaps in which the receive CPU runs nothing of ours)
 the receive CPU stalls as measured; with --wake-race (the JSON
 'scripts/wake-race' writes: the request's time on the receive CPU idle and
 loaded) only the part of the receive CPU's wake-up that the request waits
-for is on its path, the rest is CPU time paid before the CPU idles again.
-Nothing is fitted to any other case
+for is on its path, the rest is CPU time paid before the CPU idles again;
+when the file splits the requests by whether the echo server's wake-up
+sent a reschedule IPI, the application CPU's wake-up is split the same
+way and the echo server's wake-up preempts a running generator or sink
+at the measured cost. Nothing is fitted to any other case
 (docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim

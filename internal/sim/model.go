@@ -132,6 +132,9 @@ type thread struct {
 	cur   *packet
 	cost  int64
 	drops int64
+	// ipi: the reschedule IPI that woke the thread, paid before its next
+	// packet (AppSpec.PreemptIPINs)
+	ipi int64
 	// jobs: pending chunks of a load app (AppSpec.PeriodUs); curJob: one
 	// is running
 	jobs   int
@@ -225,8 +228,10 @@ type cpu struct {
 	// (Kernel.WakeLatencyNs); idleEntry marks the chunk that pays it
 	owedWake  int64
 	idleEntry bool
-	kickSet   bool
-	kickFn    func()
+	// waking: the thread picked now pays the CPU's wake-up (kicked)
+	waking  bool
+	kickSet bool
+	kickFn  func()
 
 	acct, acct0  [nKinds]int64
 	netRx, irqs  int64
@@ -308,6 +313,7 @@ type Model struct {
 	wakeLatNs                                                  int64 // the part of it before the work (Kernel.WakeLatencyNs; -1: all)
 	sliceNs                                                    int64 // Kernel.ThreadSliceUs
 	threadWakeNs                                               int64 // Kernel.ThreadWakeNs
+	threadWakeLatNs                                            int64 // the part of it before the thread (Kernel.ThreadWakeLatencyNs)
 	remoteNs                                                   int64
 	txNs, coalesceNs                                           int64
 	warm, end                                                  int64
@@ -380,6 +386,10 @@ func (m *Model) setTimes() {
 	}
 	m.sliceNs = ns(k.ThreadSliceUs * 1000)
 	m.threadWakeNs = ns(k.ThreadWakeNs)
+	m.threadWakeLatNs = m.threadWakeNs
+	if k.ThreadWakeLatencyNs != nil {
+		m.threadWakeLatNs = min(ns(*k.ThreadWakeLatencyNs), m.threadWakeNs)
+	}
 	m.txNs = ns(sc.NIC.TxNs)
 	m.coalesceNs = ns(sc.NIC.CoalesceUs * 1000)
 	m.restartLimit = k.RestartLimit
@@ -1055,16 +1065,22 @@ func (c *cpu) kick() {
 func (c *cpu) kicked() {
 	c.kickSet = false
 	if c.idle() {
-		c.wakeCharge = c.m.threadWakeNs
+		c.waking = true
+		c.wakeCharge = c.m.threadWakeLatNs
 		c.next()
-		c.wakeCharge = 0
+		c.wakeCharge, c.waking = 0, false
 	}
 }
 
 // startThread starts a thread chunk of cost, after the CPU's wake-up
-// when it was idle (Kernel.ThreadWakeNs).
+// when it was idle (Kernel.ThreadWakeNs): the part before the thread
+// (ThreadWakeLatencyNs) in the chunk, the rest owed until the CPU idles.
 func (c *cpu) startThread(cost int64) {
 	c.start(lvlThread, cost+c.wakeCharge, kApp)
+	if c.waking {
+		c.owedWake += c.m.threadWakeNs - c.m.threadWakeLatNs
+		c.waking = false
+	}
 	c.wakeCharge = 0
 }
 
@@ -1219,7 +1235,7 @@ func (c *cpu) dropIdleEntry() {
 
 func (c *cpu) pickThread() {
 	n := len(c.threads)
-	if t := c.lastThread; t != nil && c.m.sliceNs > 0 && c.now()-c.lastSince < c.m.sliceNs && t.hasWork() {
+	if t := c.lastThread; t != nil && c.m.sliceNs > 0 && c.now()-c.lastSince < c.m.sliceNs && t.hasWork() && !c.preemptReady() {
 		// run to parity: the running thread keeps the CPU within its slice
 		c.runThread(t)
 		return
@@ -1289,7 +1305,9 @@ func (c *cpu) runThread(t *thread) {
 		p := t.q.pop()
 		t.cur = p
 		t.cost = c.m.sample(t.app.spec.Cost, p.size, 1)
-		c.startThread(t.cost)
+		ipi := t.ipi
+		t.ipi = 0
+		c.startThread(t.cost + ipi)
 		return
 	}
 	for _, s := range t.senders {
@@ -1528,8 +1546,33 @@ func (c *cpu) deliver(p *packet) {
 		return
 	}
 	p.enq = c.now()
+	if ns := t.app.spec.PreemptIPINs; ns > 0 && t.q.n == 0 && t.cur == nil && t.ipi == 0 && t.cpu.runsOtherApp(t.app) {
+		// the blocked thread's wake-up preempts the running one: the
+		// IPI's cost is CPU time before the thread reads the packet
+		t.ipi = int64(ns)
+	}
 	t.q.push(p)
 	t.cpu.kick()
+}
+
+// runsOtherApp says whether a thread of an app other than a is running
+// (or preempted by an interrupt or softirq) on the CPU: a woken thread of
+// a must preempt it (AppSpec.PreemptIPINs).
+func (c *cpu) runsOtherApp(a *app) bool {
+	s := &c.slots[lvlThread]
+	return s.active && s.kind == kApp && !c.idleEntry && c.curThread != nil && c.curThread.app != a
+}
+
+// preemptReady says whether a thread woken with a reschedule IPI
+// (AppSpec.PreemptIPINs) waits: it runs next, whatever the running
+// thread's slice.
+func (c *cpu) preemptReady() bool {
+	for _, t := range c.threads {
+		if t.ipi > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cpu) pollDone() {

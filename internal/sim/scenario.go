@@ -89,6 +89,10 @@ type Kernel struct {
 	// to the thread): as WakeNs, for a thread instead of an interrupt.
 	// 0 by default.
 	ThreadWakeNs float64 `yaml:"thread_wake_ns" json:"thread_wake_ns,omitempty"`
+	// ThreadWakeLatencyNs is the part of ThreadWakeNs paid before the
+	// woken thread runs; the rest is paid when the CPU next goes idle,
+	// as for WakeLatencyNs. nil: all of it before the thread.
+	ThreadWakeLatencyNs *float64 `yaml:"thread_wake_latency_ns" json:"thread_wake_latency_ns,omitempty"`
 	// Stalls take CPUs away from the guest now and then (nil: never).
 	Stalls *Stalls `yaml:"stalls" json:"stalls,omitempty"`
 }
@@ -237,6 +241,15 @@ type AppSpec struct {
 	// lowest nice runs first (ties take turns); it does not preempt a
 	// running thread (see kernel.thread_slice_us). 0 by default.
 	Nice int `yaml:"nice" json:"nice,omitempty"`
+	// PreemptIPINs: a packet that wakes this app's blocked thread while
+	// another app's thread runs on the app's CPU wakes it with a
+	// reschedule IPI that preempts that thread (EEVDF's wake-up
+	// preemption, sent from the waker's CPU): the CPU pays PreemptIPINs
+	// (the IPI and the switch; on a nested VM ~10-20 us, measured by
+	// scripts/wake-race) before the thread reads the packet, and the
+	// thread runs next, whatever the running thread's slice
+	// (kernel.thread_slice_us). 0: no IPI, the thread waits its turn.
+	PreemptIPINs float64 `yaml:"preempt_ipi_ns,omitempty" json:"preempt_ipi_ns,omitempty"`
 }
 
 // Arrival is a flow's packet arrival process.
@@ -562,6 +575,9 @@ func (s *Scenario) normalizeKernel() error {
 	if k.WakeLatencyNs != nil && *k.WakeLatencyNs < 0 {
 		return fmt.Errorf("kernel.wake_latency_ns: must be >= 0 (omit it to pay all of wake_ns before the work)")
 	}
+	if k.ThreadWakeLatencyNs != nil && *k.ThreadWakeLatencyNs < 0 {
+		return fmt.Errorf("kernel.thread_wake_latency_ns: must be >= 0 (omit it to pay all of thread_wake_ns before the thread)")
+	}
 	return nil
 }
 
@@ -827,6 +843,9 @@ func (s *Scenario) normalizeApps() (apps map[string]bool, err error) {
 		}
 		if a.PeriodUs < 0 || math.IsNaN(a.PeriodUs) {
 			return nil, fmt.Errorf("%s.period_us: must be >= 0", f)
+		}
+		if a.PreemptIPINs < 0 || math.IsNaN(a.PreemptIPINs) || math.IsInf(a.PreemptIPINs, 0) {
+			return nil, fmt.Errorf("%s.preempt_ipi_ns: must be >= 0", f)
 		}
 		if err := checkCost(f+".cost", &a.Cost); err != nil {
 			return nil, err

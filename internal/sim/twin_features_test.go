@@ -275,3 +275,86 @@ func TestStalls(t *testing.T) {
 		t.Errorf("stalls with per_s 0: %v", err)
 	}
 }
+
+// TestPreemptIPI: a packet that wakes a preempting app's thread while
+// another app's thread runs on its CPU costs that CPU the IPI before the
+// read, and the thread runs next, whatever the running thread's slice;
+// one that finds the CPU idle pays nothing.
+// bg's 20 packets (wire 0-20 us on CPU 1) keep CPU 0 busy in 5 us chunks
+// from 1 to 101 us within one 1000 us slice; srv's first request (wire
+// 32.5-33.5) arrives during bg's chunk 31-36, its second (150) to an idle
+// CPU.
+func TestPreemptIPI(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		ipiNs   float64
+		wantLat float64 // the first request's latency, us
+	}{
+		// after bg's chunk (36), srv runs 36-37: 4.5 us + the IPI's 20
+		{"preempts", 20000, 24.5},
+		// no IPI: srv waits for bg's slice, to the end of its queue (101)
+		{"waits", 0, 69.5},
+	} {
+		cpu0 := 0
+		sc := twinBase()
+		sc.Stages = sc.Stages[:1]
+		sc.DurationMs = 1
+		sc.Kernel.ThreadSliceUs = 1000
+		sc.Apps = []AppSpec{{Name: "bg", CPU: &cpu0, Cost: Cost{Ns: 5000}},
+			{Name: "srv", CPU: &cpu0, Cost: Cost{Ns: 1000}, Nice: -20, PreemptIPINs: c.ipiNs}}
+		sc.Flows = []FlowSpec{{Name: "bg", Path: []string{"wire"}, App: "bg", Arrival: Arrival{Type: "burst", Count: 20}},
+			{Name: "busy", Path: []string{"wire"}, App: "srv", Arrival: Arrival{Type: "burst", Count: 1, StartUs: 32.5}},
+			{Name: "idle", Path: []string{"wire"}, App: "srv", Arrival: Arrival{Type: "burst", Count: 1, StartUs: 150}}}
+		r := mustRun(t, sc)
+		if got := r.Flows[1].Latency.Max; math.Abs(got-c.wantLat) > 0.05 {
+			t.Errorf("%s: request during bg's run: %.2f us, want %.1f", c.name, got, c.wantLat)
+		}
+		if got := r.Flows[2].Latency.Max; math.Abs(got-2) > 0.05 {
+			t.Errorf("%s: request to an idle CPU: %.2f us, want 2 (wire and srv, no IPI)", c.name, got)
+		}
+		// bg's 100 us, srv's two 1 us reads and the IPI: CPU time
+		if busy := (1 - r.CPUs[0].Idle) * sc.DurationMs * 1000; math.Abs(busy-102-c.ipiNs/1000) > 0.05 {
+			t.Errorf("%s: CPU 0 busy %.2f us, want %.0f", c.name, busy, 102+c.ipiNs/1000)
+		}
+	}
+	sc := twinBase()
+	sc.Apps = []AppSpec{{Name: "srv", PreemptIPINs: -1}}
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "preempt_ipi_ns") {
+		t.Errorf("negative preempt_ipi_ns: %v", err)
+	}
+}
+
+// TestThreadWakeLatency: with thread_wake_latency_ns only that part of
+// thread_wake_ns delays the woken thread; the rest is CPU time before the
+// CPU idles again. One packet: the wire on CPU 1 (0-1 us), then app b on
+// idle CPU 0: 2 us of wake-up, b's 1 us, then 8 us more busy.
+func TestThreadWakeLatency(t *testing.T) {
+	lat2 := 2000.0
+	for _, c := range []struct {
+		name    string
+		lat     *float64
+		wantLat float64
+	}{{"split", &lat2, 4}, {"all before", nil, 12}} {
+		cpu0 := 0
+		sc := twinBase()
+		sc.Stages = sc.Stages[:1]
+		sc.DurationMs = 1
+		sc.Kernel.ThreadWakeNs = 10000
+		sc.Kernel.ThreadWakeLatencyNs = c.lat
+		sc.Apps = []AppSpec{{Name: "b", CPU: &cpu0, Cost: Cost{Ns: 1000}}}
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, App: "b", Arrival: Arrival{Type: "burst", Count: 1}}}
+		r := mustRun(t, sc)
+		if got := r.Flows[0].Latency.Max; math.Abs(got-c.wantLat) > 0.05 {
+			t.Errorf("%s: latency %.2f us, want %.0f", c.name, got, c.wantLat)
+		}
+		if busy := (1 - r.CPUs[0].Idle) * sc.DurationMs * 1000; math.Abs(busy-11) > 0.05 {
+			t.Errorf("%s: CPU 0 busy %.2f us, want 11 (the whole wake-up and b)", c.name, busy)
+		}
+	}
+	sc := twinBase()
+	bad := -1.0
+	sc.Kernel.ThreadWakeLatencyNs = &bad
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "thread_wake_latency_ns") {
+		t.Errorf("negative thread_wake_latency_ns: %v", err)
+	}
+}

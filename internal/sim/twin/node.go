@@ -71,6 +71,15 @@ type Node struct {
 	// WakePathNs: the part of WakeNs on the request's path (UseWakeRace);
 	// the rest is CPU time paid when the CPU next idles. nil: all of it.
 	WakePathNs *float64 `json:"wake_path_ns,omitempty"`
+	// AppWakePathNs: the part of AppWakeNs on the woken thread's path
+	// (UseWakeRace); the rest is CPU time paid when the application CPU
+	// next idles. nil: all of it.
+	AppWakePathNs *float64 `json:"app_wake_path_ns,omitempty"`
+	// WakePreemptNs: what the echo server's wake-up adds to the round
+	// trip when it preempts a background thread running on the
+	// application CPU (a reschedule IPI; UseWakeRace, from the
+	// calibration load's requests); 0: not modelled.
+	WakePreemptNs float64 `json:"wake_preempt_ns,omitempty"`
 	// Stalls: the receive CPU's stalls (UseStalls); nil: none.
 	Stalls *sim.Stalls `json:"stalls,omitempty"`
 	// PacerLateUs: the generator's wake-up lateness (equally likely
@@ -338,6 +347,9 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 			// the bench's --app-sched nice (its default): the echo server
 			// is picked before the generator and the sink
 			es.Nice = -20
+			// it preempts the generator or the sink with an IPI, not
+			// wait for their slice
+			es.PreemptIPINs = n.WakePreemptNs
 		}
 		sc.Apps = append(sc.Apps, es)
 		hi := sim.FlowSpec{Name: "request", Lane: "high", Path: []string{"wire", "vxlan", "veth"}, App: "echo", Size: 64,
@@ -371,6 +383,7 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	if n.GenShare > 0 && !c.NIC {
 		sc.Kernel.ThreadSliceUs = n.AppSliceUs
 		sc.Kernel.ThreadWakeNs = n.AppWakeNs
+		sc.Kernel.ThreadWakeLatencyNs = n.AppWakePathNs
 	}
 	if n.WakePathNs != nil {
 		sc.Kernel.WakeLatencyNs = n.WakePathNs

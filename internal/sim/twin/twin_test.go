@@ -227,11 +227,48 @@ func TestNoisyRun(t *testing.T) {
 	validateDay(t, "noisy-1127", 1000, noisyMisses, 23, 23)
 }
 
+// rawMisses are the misses of TestRawAgentsRun: scripts/twin-validate at
+// 04:35 UTC on 2026-11-27, the first run with the prober and echo server
+// in raw system calls (no Go runtime threads around each request). The
+// loaded p50s are predicted 26-30 us against 37-42 measured: the echo
+// server's wake-up preempts a background thread in 68% of the
+// calibration load's requests, 40% in the model, which does not have
+// the sink's own preempting wake-ups just before it (docs/sim.md,
+// "Without the agents' runtime threads"); the 300k p99s follow.
+var rawMisses = []string{
+	"latency lanes-sync 100k p50_us",
+	"latency lanes-queue 100k p50_us",
+	"latency vanilla 150k p50_us",
+	"latency vanilla 150k p99_us",
+	"latency lanes-sync 150k p50_us",
+	"latency lanes-queue 150k p50_us",
+	"latency vanilla 300k p50_us",
+	"latency vanilla 300k p99_us",
+	"latency lanes-sync 300k p50_us",
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+}
+
+// TestRawAgentsRun validates the twin on the first live run with the
+// agents in raw system calls (testdata/twin/raw-1127: trace, bench
+// compare, micro-benchmarks and wake-race from one scripts/twin-validate
+// run). Its wake-race file splits the requests by the IPI, so the echo
+// server's preempting wake-up (9 us) and the application CPU's wake-up on
+// the path (3 us) are modelled. A new miss fails; fewer than 16 of 28
+// goals and 23 of 23 rankings fail.
+func TestRawAgentsRun(t *testing.T) {
+	n := validateDay(t, "raw-1127", 2000, rawMisses, 16, 23)
+	if n.WakePreemptNs != 9000 || n.AppWakePathNs == nil || *n.AppWakePathNs != 3000 {
+		t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want 9000 and 3000 from the file", n.WakePreemptNs, n.AppWakePathNs)
+	}
+}
+
 // validateDay calibrates from one committed live run (dir under
 // testdata/twin) at 100k and validates it: the wake-up's on-path part
 // must be wakePath ns, the misses within known, every delivered rate
 // within 15%, and at least goals of 28 goals and ranks rankings met.
-func validateDay(t *testing.T, name string, wakePath float64, known []string, goals, ranks int) {
+func validateDay(t *testing.T, name string, wakePath float64, known []string, goals, ranks int) *Node {
 	t.Helper()
 	dir := filepath.Join(testdata, name)
 	m, err := LoadMeasured(filepath.Join(dir, "compare.json"))
@@ -261,6 +298,7 @@ func validateDay(t *testing.T, name string, wakePath float64, known []string, go
 	if met, counted, ranked := v.Met(); counted != 28 || met < goals || ranked < ranks {
 		t.Errorf("%d of %d goals and %d of %d rankings met, want at least %d of 28 and %d", met, counted, ranked, len(v.Ranks), goals, ranks)
 	}
+	return n
 }
 
 // TestPredictionIsDeterministic: the same node predicts the same numbers.
@@ -576,6 +614,39 @@ func TestWakeRaceFile(t *testing.T) {
 		err := (&Node{}).UseWakeRace(write(body))
 		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: got %v", name, err)
+		}
+	}
+}
+
+// TestWakePreemptFromWakeRace: the echo server's preempting wake-up costs
+// the calibration load's echo segments with the IPI minus without; other
+// loads, too few requests on either side, or an older file leave it off.
+func TestWakePreemptFromWakeRace(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "w.json")
+	split := func(name string, n, ipi int) string {
+		return fmt.Sprintf(`{"load":%q,"requests":%d,"ipi_requests":%d,"segments_us":{"rx_cpu":5},
+			"ipi_segments_us":{"echo_runs":19,"echo_sends":10},"no_ipi_segments_us":{"echo_runs":7,"echo_sends":3}}`, name, n, ipi)
+	}
+	for _, c := range []struct {
+		name  string
+		loads string
+		want  float64
+	}{
+		{"calibration load", split("idle", 900, 20) + "," + split("100k", 900, 500), 19000},
+		{"another load only", split("idle", 900, 20) + "," + split("150k", 900, 500), 0},
+		{"too few without", split("idle", 900, 20) + "," + split("100k", 900, 880), 0},
+		{"too few with", split("idle", 900, 20) + "," + split("100k", 900, 10), 0},
+		{"older file", `{"load":"idle","requests":900,"segments_us":{"rx_cpu":7}},{"load":"100k","requests":900,"segments_us":{"rx_cpu":5}}`, 0},
+	} {
+		if err := os.WriteFile(p, []byte(`{"format":"rxlane-wake-race/1","loads":[`+c.loads+`]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n := &Node{CalibRatePPS: 100e3}
+		if err := n.UseWakeRace(p); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if n.WakePreemptNs != c.want {
+			t.Errorf("%s: wake preempt %.0f ns, want %.0f", c.name, n.WakePreemptNs, c.want)
 		}
 	}
 }
