@@ -227,21 +227,22 @@ func TestNoisyRun(t *testing.T) {
 	validateDay(t, "noisy-1127", 1000, noisyMisses, 23, 23)
 }
 
-// rawMisses are the misses of TestRawAgentsRun: scripts/twin-validate at
-// 04:35 UTC on 2026-11-27, the first run with the prober and echo server
-// in raw system calls (no Go runtime threads around each request). The
-// loaded p50s are predicted 26-30 us against 37-42 measured: the echo
-// server's wake-up preempts a background thread in 68% of the
-// calibration load's requests, 40% in the model, which does not have
-// the sink's own preempting wake-ups just before it (docs/sim.md,
-// "Without the agents' runtime threads"); the 300k p99s follow.
-var rawMisses = []string{
+// rawLoadedMisses are the misses both runs with the agents in raw system
+// calls share: the loaded p50s (26-30 us predicted against 32-42
+// measured) and p99s at 150k and 300k. The echo server's wake-up preempts
+// a thread in 68-70% of the calibration load's requests, about 40% in the
+// model, which lacks the sink's own preempting wake-ups just before it;
+// and the model's application CPU saturates at 300k where the real one
+// is 63% busy (docs/sim.md, "Without the agents' runtime threads").
+var rawLoadedMisses = []string{
 	"latency lanes-sync 100k p50_us",
 	"latency lanes-queue 100k p50_us",
 	"latency vanilla 150k p50_us",
 	"latency vanilla 150k p99_us",
 	"latency lanes-sync 150k p50_us",
+	"latency lanes-sync 150k p99_us",
 	"latency lanes-queue 150k p50_us",
+	"latency lanes-queue 150k p99_us",
 	"latency vanilla 300k p50_us",
 	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p50_us",
@@ -250,17 +251,32 @@ var rawMisses = []string{
 	"latency lanes-queue 300k p99_us",
 }
 
-// TestRawAgentsRun validates the twin on the first live run with the
-// agents in raw system calls (testdata/twin/raw-1127: trace, bench
-// compare, micro-benchmarks and wake-race from one scripts/twin-validate
-// run). Its wake-race file splits the requests by the IPI, so the echo
-// server's preempting wake-up (9 us) and the application CPU's wake-up on
-// the path (3 us) are modelled. A new miss fails; fewer than 16 of 28
-// goals and 23 of 23 rankings fail.
-func TestRawAgentsRun(t *testing.T) {
-	n := validateDay(t, "raw-1127", 2000, rawMisses, 16, 23)
-	if n.WakePreemptNs != 9000 || n.AppWakePathNs == nil || *n.AppWakePathNs != 3000 {
-		t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want 9000 and 3000 from the file", n.WakePreemptNs, n.AppWakePathNs)
+// TestRawAgentsRuns validates the twin on the two live runs with the
+// agents in raw system calls (scripts/twin-validate at 04:33 and 05:04
+// UTC on 2026-11-27; testdata/twin/raw-1127 and raw2-1127: trace, bench
+// compare, micro-benchmarks and wake-race from one run each). Their
+// wake-race files split the requests by the IPI, so the echo server's
+// preempting wake-up and the application CPU's wake-up on the path are
+// modelled, from each run's own file. A new miss fails; fewer goals or
+// rankings than listed fail.
+func TestRawAgentsRuns(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		wakePath, preempt, appOn float64
+		goals, ranks             int
+		extra                    []string // the run's own misses
+	}{
+		{"raw-1127", 2000, 9000, 3000, 16, 23, nil},
+		// the quieter run: the two lanes' 300k p99s 1 us apart in the
+		// model, within 0.8 us of overlapping measured ranges
+		{"raw2-1127", 1000, 11000, 4000, 14, 22, []string{"rank latency 300k p99_us lanes-sync vs lanes-queue"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := validateDay(t, c.name, c.wakePath, append(slices.Clone(rawLoadedMisses), c.extra...), c.goals, c.ranks)
+			if n.WakePreemptNs != c.preempt || n.AppWakePathNs == nil || *n.AppWakePathNs != c.appOn {
+				t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want %.0f and %.0f from the file", n.WakePreemptNs, n.AppWakePathNs, c.preempt, c.appOn)
+			}
+		})
 	}
 }
 
