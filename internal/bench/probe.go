@@ -94,7 +94,10 @@ func RunProbeUDP(ctx context.Context, cfg ProbeConfig, fd int) (ProbeResult, err
 		for !stop.Load() {
 			n, err := rawRead(fd, buf)
 			if err != nil || n < probeHeader {
-				continue // timeout (checks stop), ICMP error, runt
+				// timeout (checks stop), ICMP error, runt; and a point
+				// where a GC may stop this goroutine (rawwait.go)
+				runtime.Gosched()
+				continue
 			}
 			now := time.Since(start).Nanoseconds()
 			seq := binary.LittleEndian.Uint64(buf)

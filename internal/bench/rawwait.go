@@ -21,7 +21,11 @@ import (
 // Each goroutine that waits this way holds a P for the whole wait, so the
 // agent needs a P per such goroutine plus one for the rest (rawWaitProcs).
 // A signal (sysmon's preemption request every 10 ms, a GC's stop) ends a
-// wait with EINTR, which callers treat as a timeout and retry.
+// wait with EINTR, which callers treat as a timeout and retry. The raw
+// calls are all nosplit, so a loop of them alone has no point where the
+// goroutine can be stopped: a GC's stop-the-world would wait for it, and
+// the goroutine that would end it may be the one stopped. Callers that
+// wait in a loop call runtime.Gosched on every timeout.
 
 // rawWaitProcs makes sure n goroutines can wait in raw calls while the
 // agent's other goroutines (signals, context, timers) still run.

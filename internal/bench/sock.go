@@ -76,6 +76,7 @@ func serveEchoUDP(ctx context.Context, fd int) error {
 		n, err := rawRecvfrom(fd, buf, &from)
 		if err != nil {
 			if timedOut(err) {
+				runtime.Gosched() // a point where a GC may stop us (rawwait.go)
 				continue
 			}
 			return fmt.Errorf("echo receive: %w", err)
