@@ -172,6 +172,18 @@ func (t *thread) hasWork() bool {
 	return false
 }
 
+// inBatch says whether one of the thread's senders is in the middle of a
+// batch: one sendmmsg, which a woken thread cannot preempt on a
+// PREEMPT_NONE kernel (the switch waits for the return to user space).
+func (t *thread) inBatch() bool {
+	for _, s := range t.senders {
+		if s.left > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 type app struct {
 	spec    *AppSpec
 	threads []*thread
@@ -1235,7 +1247,7 @@ func (c *cpu) dropIdleEntry() {
 
 func (c *cpu) pickThread() {
 	n := len(c.threads)
-	if t := c.lastThread; t != nil && c.m.sliceNs > 0 && c.now()-c.lastSince < c.m.sliceNs && t.hasWork() && !c.preemptReady() {
+	if t := c.lastThread; t != nil && c.m.sliceNs > 0 && c.now()-c.lastSince < c.m.sliceNs && t.hasWork() && (!c.preemptReady() || t.inBatch()) {
 		// run to parity: the running thread keeps the CPU within its slice
 		c.runThread(t)
 		return

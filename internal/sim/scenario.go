@@ -248,7 +248,9 @@ type AppSpec struct {
 	// (the IPI and the switch; on a nested VM ~10-20 us, measured by
 	// scripts/wake-race) before the thread reads the packet, and the
 	// thread runs next, whatever the running thread's slice
-	// (kernel.thread_slice_us). 0: no IPI, the thread waits its turn.
+	// (kernel.thread_slice_us), once a sender in the middle of a batch
+	// has sent it (one sendmmsg; on a PREEMPT_NONE kernel the switch
+	// waits for its return). 0: no IPI, the thread waits its turn.
 	PreemptIPINs float64 `yaml:"preempt_ipi_ns,omitempty" json:"preempt_ipi_ns,omitempty"`
 }
 

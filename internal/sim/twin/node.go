@@ -314,6 +314,9 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 			// the generator is the sender thread (pacer.app), the sink
 			// reads each packet
 			sc.Apps[0].Cost.Ns = round1((1 - n.GenShare) * n.AppNsPerPkt)
+			// woken from the receive CPU while the generator runs, the
+			// sink preempts it with an IPI too (between its batches)
+			sc.Apps[0].PreemptIPINs = n.WakePreemptNs
 			sc.Apps = append(sc.Apps, sim.AppSpec{Name: "generator", CPU: &appCPU, Cost: sim.Cost{Ns: 1}})
 		} else {
 			sc.Apps = append(sc.Apps, sim.AppSpec{Name: "generator", CPU: &appCPU, Cost: sim.Cost{Ns: round1(n.AppNsPerPkt)}, PeriodUs: 1e6 / c.RatePPS})

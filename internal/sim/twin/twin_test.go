@@ -166,9 +166,10 @@ func checkMisses(t *testing.T, v *Validation, known []string) {
 		}
 	}
 	// a ranking miss is allowed only where the measured ranges overlap
-	// (the model's difference exceeds the overlap)
+	// (the model's difference exceeds the overlap), or where it is listed
 	for _, k := range v.Ranks {
-		if !k.Met && !k.Overlap {
+		key := fmt.Sprintf("rank %s %s %s %s vs %s", k.Bench, rateName(k.RatePPS), k.Stat, k.A, k.B)
+		if !k.Met && !k.Overlap && !slices.Contains(known, key) {
 			t.Errorf("model orders %s and %s at %.0f the other way round (%s)", k.A, k.B, k.RatePPS, k.Stat)
 		}
 	}
@@ -227,25 +228,21 @@ func TestNoisyRun(t *testing.T) {
 	validateDay(t, "noisy-1127", 1000, noisyMisses, 23, 23)
 }
 
-// rawLoadedMisses are the misses both runs with the agents in raw system
-// calls share: the loaded p50s (26-30 us predicted against 32-42
-// measured) and p99s at 150k and 300k. The echo server's wake-up preempts
-// a thread in 68-70% of the calibration load's requests, about 40% in the
-// model, which lacks the sink's own preempting wake-ups just before it;
-// and the model's application CPU saturates at 300k where the real one
-// is 63% busy (docs/sim.md, "Without the agents' runtime threads").
+// rawLoadedMisses are the misses of the two runs with the agents in raw
+// system calls: the loaded p50s at 100k and 150k (23-30 us predicted
+// against 35-42 measured) and the 300k p99s (63-80 against 91-126). In the
+// trace the echo server's wake-up preempts a thread in 68-70% of the
+// calibration load's requests, and the prober's own thread is among
+// them (17%), which the model does not have; the model's application CPU
+// also costs a constant time per packet where the real one's falls with
+// the rate (docs/sim.md, "Without the agents' runtime threads").
 var rawLoadedMisses = []string{
 	"latency lanes-sync 100k p50_us",
 	"latency lanes-queue 100k p50_us",
 	"latency vanilla 150k p50_us",
-	"latency vanilla 150k p99_us",
 	"latency lanes-sync 150k p50_us",
-	"latency lanes-sync 150k p99_us",
 	"latency lanes-queue 150k p50_us",
-	"latency lanes-queue 150k p99_us",
-	"latency vanilla 300k p50_us",
 	"latency vanilla 300k p99_us",
-	"latency lanes-sync 300k p50_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
@@ -256,8 +253,8 @@ var rawLoadedMisses = []string{
 // UTC on 2026-11-27; testdata/twin/raw-1127 and raw2-1127: trace, bench
 // compare, micro-benchmarks and wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
-// preempting wake-up and the application CPU's wake-up on the path are
-// modelled, from each run's own file. A new miss fails; fewer goals or
+// and the sink's preempting wake-ups and the application CPU's wake-up
+// on the path are modelled, from each run's own file. A new miss fails; fewer goals or
 // rankings than listed fail.
 func TestRawAgentsRuns(t *testing.T) {
 	for _, c := range []struct {
@@ -266,10 +263,12 @@ func TestRawAgentsRuns(t *testing.T) {
 		goals, ranks             int
 		extra                    []string // the run's own misses
 	}{
-		{"raw-1127", 2000, 9000, 3000, 16, 23, nil},
-		// the quieter run: the two lanes' 300k p99s 1 us apart in the
-		// model, within 0.8 us of overlapping measured ranges
-		{"raw2-1127", 1000, 11000, 4000, 14, 22, []string{"rank latency 300k p99_us lanes-sync vs lanes-queue"}},
+		{"raw-1127", 2000, 9000, 3000, 20, 23, nil},
+		// the quieter run: vanilla's and the queue lane's 300k p99s
+		// within 1 us in the model, measured 99 (99-105) and 109
+		// (107-118): the queue lane's extra receive-CPU cost shows in
+		// its tail there, not in the model's
+		{"raw2-1127", 1000, 11000, 4000, 20, 22, []string{"rank latency 300k p99_us vanilla vs lanes-queue"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, append(slices.Clone(rawLoadedMisses), c.extra...), c.goals, c.ranks)
