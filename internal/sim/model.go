@@ -233,9 +233,6 @@ type cpu struct {
 	// (Kernel.ThreadSliceUs)
 	lastThread *thread
 	lastSince  int64
-	// wakeCharge: what the next thread chunk pays for leaving idle
-	// (Kernel.ThreadWakeNs)
-	wakeCharge int64
 	// owedWake: the part of a wake-up from idle paid after the work
 	// (Kernel.WakeLatencyNs); idleEntry marks the chunk that pays it
 	owedWake  int64
@@ -322,7 +319,7 @@ type Model struct {
 
 	budgetNs, isrNs, ipiNs, pollNs, entryNs, exitNs, penaltyNs int64
 	wakeNs                                                     int64 // what an idle CPU pays to start running (Kernel.WakeNs)
-	wakeLatNs                                                  int64 // the part of it before the work (Kernel.WakeLatencyNs; -1: all)
+	wakeLatNs                                                  int64 // the part of it before the work (Kernel.WakeLatencyNs; default all)
 	sliceNs                                                    int64 // Kernel.ThreadSliceUs
 	threadWakeNs                                               int64 // Kernel.ThreadWakeNs
 	threadWakeLatNs                                            int64 // the part of it before the thread (Kernel.ThreadWakeLatencyNs)
@@ -392,7 +389,7 @@ func (m *Model) setTimes() {
 	m.entryNs, m.exitNs, m.penaltyNs = ns(k.SoftirqEntryNs), ns(k.SoftirqExitNs), ns(k.PreemptPenaltyNs)
 	m.remoteNs = ns(k.RemoteStageNs)
 	m.wakeNs = ns(k.WakeNs)
-	m.wakeLatNs = -1
+	m.wakeLatNs = m.wakeNs
 	if k.WakeLatencyNs != nil {
 		m.wakeLatNs = min(ns(*k.WakeLatencyNs), m.wakeNs)
 	}
@@ -1078,9 +1075,8 @@ func (c *cpu) kicked() {
 	c.kickSet = false
 	if c.idle() {
 		c.waking = true
-		c.wakeCharge = c.m.threadWakeLatNs
 		c.next()
-		c.wakeCharge, c.waking = 0, false
+		c.waking = false
 	}
 }
 
@@ -1088,12 +1084,12 @@ func (c *cpu) kicked() {
 // when it was idle (Kernel.ThreadWakeNs): the part before the thread
 // (ThreadWakeLatencyNs) in the chunk, the rest owed until the CPU idles.
 func (c *cpu) startThread(cost int64) {
-	c.start(lvlThread, cost+c.wakeCharge, kApp)
 	if c.waking {
+		cost += c.m.threadWakeLatNs
 		c.owedWake += c.m.threadWakeNs - c.m.threadWakeLatNs
 		c.waking = false
 	}
-	c.wakeCharge = 0
+	c.start(lvlThread, cost, kApp)
 }
 
 // raiseIRQ delivers a hard interrupt: a NIC ring's IRQ (n) or an IPI.
@@ -1167,12 +1163,8 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 		// context) before the interrupt's work; with WakeLatencyNs,
 		// only that much before it and the rest when the CPU next
 		// goes idle
-		if c.m.wakeLatNs < 0 {
-			cost += c.m.wakeNs
-		} else {
-			cost += c.m.wakeLatNs
-			c.owedWake += c.m.wakeNs - c.m.wakeLatNs
-		}
+		cost += c.m.wakeLatNs
+		c.owedWake += c.m.wakeNs - c.m.wakeLatNs
 	}
 	c.start(lvlIRQ, cost, kIRQ)
 }
