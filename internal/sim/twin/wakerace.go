@@ -3,8 +3,6 @@ package twin
 import (
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 )
 
 // WakeRaceFormat names scripts/wake-race's JSON.
@@ -69,8 +67,18 @@ func (n *Node) UseWakeRace(path string) error {
 	v := math.Max(0, idle-loaded) * 1e3
 	n.WakePathNs = &v
 	n.Notes = append(n.Notes, fmt.Sprintf("receive CPU wake-up on the request's path: %.0f ns (its time on the receive CPU idle %.1f us, loaded at least %.1f us; %s)", v, idle, loaded, f.Note))
-	n.useWakePreempt(f)
-	n.useAppWakePath(f)
+	n.useWakePreempt(&f)
+	n.useAppWakePath(&f)
+	return nil
+}
+
+// load is the file's entry for the named load (idle or NNNk), or nil.
+func (f *WakeRaceFile) load(name string) *WakeRaceLoad {
+	for i := range f.Loads {
+		if f.Loads[i].Load == name {
+			return &f.Loads[i]
+		}
+	}
 	return nil
 }
 
@@ -78,45 +86,39 @@ func (n *Node) UseWakeRace(path string) error {
 // IPI: from the echo server's wake-up (on the receive CPU) to its run on
 // the idle application CPU. The rest of that CPU's wake-up (AppWakeNs)
 // is paid before it idles again, as for the receive CPU.
-func (n *Node) useAppWakePath(f WakeRaceFile) {
-	for _, l := range f.Loads {
-		if l.Load != "idle" {
-			continue
-		}
-		v, ok := l.NoIPISegmentsUs["echo_runs"]
-		if !ok || l.Requests-l.IPIRequests < minSplit {
-			return
-		}
-		ns := v * 1e3
-		n.AppWakePathNs = &ns
-		n.Notes = append(n.Notes, fmt.Sprintf("application CPU wake-up on the request's path: %.0f ns (the idle echo server runs %.0f us after its wake-up, %d requests without an IPI)", ns, v, l.Requests-l.IPIRequests))
+func (n *Node) useAppWakePath(f *WakeRaceFile) {
+	l := f.load("idle")
+	if l == nil {
 		return
 	}
+	v, ok := l.NoIPISegmentsUs["echo_runs"]
+	if !ok || l.Requests-l.IPIRequests < minSplit {
+		return
+	}
+	ns := v * 1e3
+	n.AppWakePathNs = &ns
+	n.Notes = append(n.Notes, fmt.Sprintf("application CPU wake-up on the request's path: %.0f ns (the idle echo server runs %.0f us after its wake-up, %d requests without an IPI)", ns, v, l.Requests-l.IPIRequests))
 }
 
 // useWakePreempt sets WakePreemptNs from the calibration load's requests:
 // from the echo server's wake-up to its reply leaving, those whose
 // wake-up sent a reschedule IPI (it preempted a background thread on the
 // application CPU) minus those without.
-func (n *Node) useWakePreempt(f WakeRaceFile) {
-	for _, l := range f.Loads {
-		k, ok := strings.CutSuffix(l.Load, "k")
-		rate, err := strconv.ParseFloat(k, 64)
-		if !ok || err != nil || rate*1e3 != n.CalibRatePPS {
-			continue
-		}
-		if l.IPIRequests < minSplit || l.Requests-l.IPIRequests < minSplit || l.IPISegmentsUs == nil || l.NoIPISegmentsUs == nil {
-			n.Notes = append(n.Notes, fmt.Sprintf("the echo server's preempting wake-up: not modelled (the wake-race file's %s requests split %d with the IPI, %d without; want at least %d each)", l.Load, l.IPIRequests, l.Requests-l.IPIRequests, minSplit))
-			return
-		}
-		echo := func(m map[string]float64) float64 { return m["echo_runs"] + m["echo_sends"] }
-		d := echo(l.IPISegmentsUs) - echo(l.NoIPISegmentsUs)
-		if d <= 0 {
-			return
-		}
-		n.WakePreemptNs = d * 1e3
-		n.Notes = append(n.Notes, fmt.Sprintf("the echo server's wake-up preempting a thread on the application CPU: %.0f ns more to its reply (%s: %.0f us with the IPI, %.0f without; %d%% of %d requests)",
-			n.WakePreemptNs, l.Load, echo(l.IPISegmentsUs), echo(l.NoIPISegmentsUs), 100*l.IPIRequests/max(1, l.Requests), l.Requests))
+func (n *Node) useWakePreempt(f *WakeRaceFile) {
+	l := f.load(rateName(n.CalibRatePPS))
+	if l == nil {
 		return
 	}
+	if l.IPIRequests < minSplit || l.Requests-l.IPIRequests < minSplit || l.IPISegmentsUs == nil || l.NoIPISegmentsUs == nil {
+		n.Notes = append(n.Notes, fmt.Sprintf("the echo server's preempting wake-up: not modelled (the wake-race file's %s requests split %d with the IPI, %d without; want at least %d each)", l.Load, l.IPIRequests, l.Requests-l.IPIRequests, minSplit))
+		return
+	}
+	echo := func(m map[string]float64) float64 { return m["echo_runs"] + m["echo_sends"] }
+	d := echo(l.IPISegmentsUs) - echo(l.NoIPISegmentsUs)
+	if d <= 0 {
+		return
+	}
+	n.WakePreemptNs = d * 1e3
+	n.Notes = append(n.Notes, fmt.Sprintf("the echo server's wake-up preempting a thread on the application CPU: %.0f ns more to its reply (%s: %.0f us with the IPI, %.0f without; %d%% of %d requests)",
+		n.WakePreemptNs, l.Load, echo(l.IPISegmentsUs), echo(l.NoIPISegmentsUs), 100*l.IPIRequests/max(1, l.Requests), l.Requests))
 }
