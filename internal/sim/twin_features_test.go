@@ -12,6 +12,15 @@ func twinBase() *Scenario {
 		Stages: []StageSpec{{Name: "wire", Kind: "nic", Cost: Cost{Ns: 1000}}, {Name: "b", Kind: "backlog", Cost: Cost{Ns: 1000}}}}
 }
 
+// wireBase is twinBase with the wire stage alone (on CPU 1) and a 1 ms
+// run: the setting of the application-CPU tests, whose apps sit on CPU 0.
+func wireBase() *Scenario {
+	sc := twinBase()
+	sc.Stages = sc.Stages[:1]
+	sc.DurationMs = 1
+	return sc
+}
+
 func mustRun(t *testing.T, sc *Scenario) *Result {
 	t.Helper()
 	if err := sc.Normalize(); err != nil {
@@ -296,9 +305,7 @@ func TestPreemptIPI(t *testing.T) {
 		{"waits", 0, 69.5},
 	} {
 		cpu0 := 0
-		sc := twinBase()
-		sc.Stages = sc.Stages[:1]
-		sc.DurationMs = 1
+		sc := wireBase()
 		sc.Kernel.ThreadSliceUs = 1000
 		sc.Apps = []AppSpec{{Name: "bg", CPU: &cpu0, Cost: Cost{Ns: 5000}},
 			{Name: "srv", CPU: &cpu0, Cost: Cost{Ns: 1000}, Nice: -20, PreemptIPINs: c.ipiNs}}
@@ -336,9 +343,7 @@ func TestThreadWakeLatency(t *testing.T) {
 		wantLat float64
 	}{{"split", &lat2, 4}, {"all before", nil, 12}} {
 		cpu0 := 0
-		sc := twinBase()
-		sc.Stages = sc.Stages[:1]
-		sc.DurationMs = 1
+		sc := wireBase()
 		sc.Kernel.ThreadWakeNs = 10000
 		sc.Kernel.ThreadWakeLatencyNs = c.lat
 		sc.Apps = []AppSpec{{Name: "b", CPU: &cpu0, Cost: Cost{Ns: 1000}}}
@@ -368,9 +373,7 @@ func TestThreadWakeLatency(t *testing.T) {
 // at 6.
 func TestPreemptWaitsForBatch(t *testing.T) {
 	cpu0 := 0
-	sc := twinBase()
-	sc.Stages = sc.Stages[:1]
-	sc.DurationMs = 1
+	sc := wireBase()
 	sc.Kernel.ThreadSliceUs = 1000
 	sc.Apps = []AppSpec{{Name: "gen", CPU: &cpu0, Cost: Cost{Ns: 1}},
 		{Name: "srv", CPU: &cpu0, Cost: Cost{Ns: 1000}, Nice: -20, PreemptIPINs: 5000}}
