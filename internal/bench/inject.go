@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -63,7 +64,9 @@ func NewInjector(dev string, frames [][]byte, batch int, viaQdisc bool) (*Inject
 func (in *Injector) Close() error { return unix.Close(in.fd) }
 
 // send sends n frames (n <= batch) starting at frame index first and
-// returns how many the kernel took.
+// returns how many the kernel took. A raw system call (rawwait.go): the
+// packet socket bypasses the qdisc and does not block, and the runtime's
+// syscall path would wake other threads of the generator after it.
 func (in *Injector) send(first, n int) (int, error) {
 	for i := 0; i < n; i++ {
 		f := in.frames[(first+i)%len(in.frames)]
@@ -71,7 +74,7 @@ func (in *Injector) send(first, n int) (int, error) {
 		in.iovs[i].SetLen(len(f))
 		in.hdrs[i].hdr = unix.Msghdr{Iov: &in.iovs[i], Iovlen: 1}
 	}
-	r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(in.fd), uintptr(unsafe.Pointer(&in.hdrs[0])), uintptr(n), 0, 0, 0)
+	r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(in.fd), uintptr(unsafe.Pointer(&in.hdrs[0])), uintptr(n), 0, 0, 0)
 	if errno != 0 {
 		return 0, errno
 	}
@@ -101,8 +104,15 @@ type InjectResult struct {
 // went out.
 func (in *Injector) Run(ctx context.Context, rate float64, duration time.Duration, count int64, ready func()) InjectResult {
 	var res InjectResult
+	// The generator shares the application CPU with the measured agents:
+	// it sleeps and sends in raw system calls on its own locked thread, so
+	// its wake-ups run no other runtime thread there (rawwait.go).
+	rawWaitProcs(1)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	interval := time.Duration(float64(time.Second) * float64(in.batch) / rate)
 	p := newPacer(interval)
+	p.raw = true
 	// A generator that shares its CPU is late now and then (a woken
 	// application, a softirq); it makes up for up to injectMaxLag packets
 	// back to back, so the rate it is given is the rate it sends, in

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"runtime"
 	"time"
 )
 
@@ -18,13 +19,22 @@ type SinkResult struct {
 // at a time. With count > 0 it also finishes after count packets. With
 // warmup > 0, what arrives in the first warmup after the first packet is
 // read and not counted (a steering loop finds its placement meanwhile).
+// It waits in raw system calls on its own locked thread (rawwait.go): it
+// shares the application CPU with the measured agents, and the runtime's
+// syscall path would wake other threads of it there after every batch.
 func RunSink(ctx context.Context, fd int, count int64, warmup time.Duration) SinkResult {
 	var r SinkResult
 	var first, last, start time.Time
+	rawWaitProcs(1)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	rb := newRecvBatch(fd, 64, 2048)
 	for ctx.Err() == nil && (count <= 0 || r.Packets < count) {
 		n, b, err := rb.recv()
 		if err != nil || n == 0 {
+			// timeout (checks ctx) or signal; a point where a GC may
+			// stop this goroutine (rawwait.go)
+			runtime.Gosched()
 			continue
 		}
 		last = time.Now()

@@ -108,9 +108,11 @@ func newRecvBatch(fd, n, size int) *recvBatch {
 }
 
 // recv blocks for the first datagram (up to pollTimeout) and returns how
-// many arrived and their total bytes.
+// many arrived and their total bytes. It waits in a raw system call
+// (rawwait.go): callers lock their thread, hold a P for it
+// (rawWaitProcs) and yield on every error.
 func (r *recvBatch) recv() (int, int, error) {
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(len(r.hdrs)), unix.MSG_WAITFORONE, 0, 0)
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(len(r.hdrs)), unix.MSG_WAITFORONE, 0, 0)
 	if errno != 0 {
 		return 0, 0, errno
 	}
