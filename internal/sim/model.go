@@ -143,6 +143,9 @@ type thread struct {
 	// the one whose packet the running chunk sends
 	senders []*sender
 	curSend *sender
+	// sends: packets of flows this thread sends (Arrival.Sender) whose
+	// arrival woke it, oldest first
+	sends []*flow
 }
 
 // sender is a paced flow sent by a thread (Pacer.App): slot n is due at
@@ -161,7 +164,7 @@ type sender struct {
 }
 
 func (t *thread) hasWork() bool {
-	if t.jobs > 0 || t.q.n > 0 {
+	if t.jobs > 0 || t.q.n > 0 || len(t.sends) > 0 {
 		return true
 	}
 	for _, s := range t.senders {
@@ -292,6 +295,10 @@ type flow struct {
 	// prng: a paced sender's own stream for its lateness (pacer with a
 	// tail; nil: the model's)
 	prng *rand.Rand
+	// sendTh: the thread that sends the flow (Arrival.Sender), after: its
+	// run after each send (ns)
+	sendTh *thread
+	after  []int64
 }
 
 // z99 is the standard normal's 99th percentile.
@@ -633,6 +640,12 @@ func (m *Model) buildFlows(nRSS int) {
 				f.app = m.apps[sp.App]
 				f.th = f.app.threads[(len(m.flows))%len(f.app.threads)]
 			}
+			if sd := sp.Arrival.Sender; sd != nil {
+				f.sendTh = m.apps[sd.App].threads[0]
+				for _, v := range sd.AfterUs {
+					f.after = append(f.after, ns(v*1000))
+				}
+			}
 			m.flows = append(m.flows, f)
 		}
 	}
@@ -800,10 +813,10 @@ func (m *Model) startFlow(f *flow) {
 				return
 			}
 			f.sent++
-			m.nicRx(m.newPacket(f))
+			m.arrive(f)
 			for i := 1; i < a.Batch && (a.Count == 0 || f.sent < a.Count); i++ {
 				f.sent++
-				m.nicRx(m.newPacket(f))
+				m.arrive(f)
 			}
 			var d float64
 			if a.Type == "const" {
@@ -821,6 +834,36 @@ func (m *Model) startFlow(f *flow) {
 		}
 		m.sim.At(start, f.next)
 	}
+}
+
+// arrive is one arrival of an unpaced flow: the packet reaches the NIC,
+// or, with a sender thread (Arrival.Sender), that thread is woken to send
+// it (sendChunk).
+func (m *Model) arrive(f *flow) {
+	if t := f.sendTh; t != nil {
+		t.sends = append(t.sends, f)
+		t.cpu.kick()
+		return
+	}
+	m.nicRx(m.newPacket(f))
+}
+
+// sendChunk runs thread t's oldest pending send (Arrival.Sender): the
+// packet leaves when the thread starts running (after the CPU's wake-up
+// when it was idle), and the thread keeps the CPU for its send path
+// after it, one chunk, which no woken thread splits.
+func (c *cpu) sendChunk(t *thread) {
+	m := c.m
+	f := t.sends[0]
+	t.sends = t.sends[1:]
+	var at int64
+	if c.waking {
+		at = m.threadWakeLatNs
+	}
+	m.sim.Schedule(at, func() { m.nicRx(m.newPacket(f)) })
+	t.curJob = true
+	t.cost = f.after[m.rng.IntN(len(f.after))]
+	c.startThread(t.cost)
 }
 
 // startPaced runs a const flow's paced sender (Arrival.Pacer) as the
@@ -1298,6 +1341,10 @@ func (c *cpu) pickThread() {
 func (c *cpu) runThread(t *thread) {
 	c.curThread = t
 	c.lastThread = t
+	if len(t.sends) > 0 {
+		c.sendChunk(t)
+		return
+	}
 	if t.jobs > 0 {
 		t.jobs--
 		t.curJob = true
@@ -1568,11 +1615,12 @@ func (c *cpu) runsOtherApp(a *app) bool {
 }
 
 // preemptReady says whether a thread woken with a reschedule IPI
-// (AppSpec.PreemptIPINs) waits: it runs next, whatever the running
-// thread's slice.
+// (AppSpec.PreemptIPINs), or a sender thread woken by its own timer
+// (Arrival.Sender), waits: it runs next, whatever the running thread's
+// slice.
 func (c *cpu) preemptReady() bool {
 	for _, t := range c.threads {
-		if t.ipi > 0 {
+		if t.ipi > 0 || len(t.sends) > 0 {
 			return true
 		}
 	}

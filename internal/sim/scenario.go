@@ -271,6 +271,23 @@ type Arrival struct {
 	// Pacer makes a const flow's sender a paced thread that wakes late
 	// (nil: every batch leaves on schedule).
 	Pacer *Pacer `yaml:"pacer" json:"pacer,omitempty"`
+	// Sender makes an unpaced flow's sender a thread (nil: packets appear
+	// at the NIC at their arrival times, whatever any CPU runs).
+	Sender *Sender `yaml:"sender" json:"sender,omitempty"`
+}
+
+// Sender is a thread that sends an unpaced flow's packets, as the bench's
+// prober sends its requests: each arrival wakes it (its own timer, on its
+// CPU: no IPI; it runs at the next pick, before threads of a higher nice,
+// but not inside a sender's batch); when it runs, the packet leaves at
+// once (its latency counts from then: the prober takes its timestamp
+// after waking), and the thread keeps its CPU for one of AfterUs (equally
+// likely): its send path after the packet left (the transmit's softirq
+// work, the IPI that wakes the receiving CPU), inside the system call, so
+// a thread woken meanwhile waits for its end.
+type Sender struct {
+	App     string    `yaml:"app" json:"app"`
+	AfterUs []float64 `yaml:"after_us" json:"after_us"`
 }
 
 // Pacer is a sender like the bench's injector (internal/bench/pace.go):
@@ -897,6 +914,9 @@ func (s *Scenario) normalizeFlows(names, apps map[string]bool) error {
 		if p := x.Arrival.Pacer; p != nil && p.App != "" && !apps[p.App] {
 			return fmt.Errorf("%s.arrival.pacer.app: unknown app %q", f, p.App)
 		}
+		if sd := x.Arrival.Sender; sd != nil && !apps[sd.App] {
+			return fmt.Errorf("%s.arrival.sender.app: unknown app %q", f, sd.App)
+		}
 		if x.Size == 0 {
 			x.Size = 64
 		}
@@ -964,6 +984,19 @@ func checkArrival(f string, x *FlowSpec) error {
 		}
 		if p.NsPerPkt < 0 || math.IsInf(p.NsPerPkt, 0) || (p.App == "" && p.NsPerPkt != 0) {
 			return fmt.Errorf("%s.arrival.pacer.ns_per_pkt: must be >= 0, and only with pacer.app", f)
+		}
+	}
+	if sd := a.Sender; sd != nil {
+		if a.Pacer != nil || (a.Type != "const" && a.Type != "poisson" && a.Type != "onoff") {
+			return fmt.Errorf("%s.arrival.sender: only unpaced const, poisson and onoff arrivals have a sender thread", f)
+		}
+		if len(sd.AfterUs) == 0 {
+			return fmt.Errorf("%s.arrival.sender.after_us: want at least one value (us)", f)
+		}
+		for i, v := range sd.AfterUs {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%s.arrival.sender.after_us[%d]: must be >= 0 us", f, i)
+			}
 		}
 	}
 	switch a.Type {

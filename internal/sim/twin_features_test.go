@@ -385,3 +385,52 @@ func TestPreemptWaitsForBatch(t *testing.T) {
 		t.Errorf("request during the batch: %.2f us, want 14 (after the batch, then the IPI and the read)", got)
 	}
 }
+
+// TestSendPathRace: a flow sent by a thread (Arrival.Sender) leaves when
+// that thread runs, and the thread keeps its CPU for its send path
+// after it. Requests at 100 and 600 us from the prober on CPU 0 cross the
+// wire on CPU 1 (1 us) to srv on CPU 0: with a 20 us send path srv's
+// wake-up finds the prober running, pays its 5 us IPI after it (26 us);
+// with 0.5 us the prober is done and srv reads at once (2 us).
+func TestSendPathRace(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		after     float64
+		lat, busy float64 // us: each request's latency, CPU 0's busy time
+	}{
+		{"race", 20, 26, 2 * (20 + 5 + 1)},
+		{"done", 0.5, 2, 2 * (0.5 + 1)},
+	} {
+		cpu0 := 0
+		sc := wireBase()
+		sc.Apps = []AppSpec{{Name: "prober", CPU: &cpu0, Cost: Cost{Ns: 1}, Nice: -20},
+			{Name: "srv", CPU: &cpu0, Cost: Cost{Ns: 1000}, Nice: -20, PreemptIPINs: 5000}}
+		sc.Flows = []FlowSpec{{Name: "req", Path: []string{"wire"}, App: "srv",
+			Arrival: Arrival{Type: "const", RatePps: 2000, StartUs: 100, Sender: &Sender{App: "prober", AfterUs: []float64{c.after}}}}}
+		r := mustRun(t, sc)
+		if f := r.Flows[0]; f.Delivered != 2 || math.Abs(f.Latency.Mean-c.lat) > 0.05 || math.Abs(f.Latency.Max-c.lat) > 0.05 {
+			t.Errorf("%s: %d requests, latency mean %.2f max %.2f us, want 2 of %.1f", c.name, f.Delivered, f.Latency.Mean, f.Latency.Max, c.lat)
+		}
+		if busy := (1 - r.CPUs[0].Idle) * sc.DurationMs * 1000; math.Abs(busy-c.busy) > 0.05 {
+			t.Errorf("%s: CPU 0 busy %.2f us, want %.1f (send paths, IPIs, reads)", c.name, busy, c.busy)
+		}
+	}
+	for _, c := range []struct {
+		edit func(*FlowSpec)
+		want string
+	}{
+		{func(f *FlowSpec) { f.Arrival.Sender.App = "nope" }, `arrival.sender.app: unknown app "nope"`},
+		{func(f *FlowSpec) { f.Arrival.Sender.AfterUs = nil }, "after_us: want at least one"},
+		{func(f *FlowSpec) { f.Arrival.Sender.AfterUs = []float64{-1} }, "after_us[0]: must be >= 0"},
+		{func(f *FlowSpec) { f.Arrival.Type, f.Arrival.Count = "burst", 1 }, "only unpaced const, poisson and onoff"},
+	} {
+		cpu0 := 0
+		sc := wireBase()
+		sc.Apps = []AppSpec{{Name: "prober", CPU: &cpu0}}
+		sc.Flows = []FlowSpec{{Name: "req", Path: []string{"wire"}, Arrival: Arrival{Type: "poisson", RatePps: 1000, Sender: &Sender{App: "prober", AfterUs: []float64{1}}}}}
+		c.edit(&sc.Flows[0])
+		if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want an error with %q, got %v", c.want, err)
+		}
+	}
+}
