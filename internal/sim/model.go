@@ -144,8 +144,10 @@ type thread struct {
 	senders []*sender
 	curSend *sender
 	// sends: packets of flows this thread sends (Arrival.Sender) whose
-	// arrival woke it, oldest first
-	sends []*flow
+	// arrival woke it, oldest first; sending: its send path runs (in the
+	// system call: a wake-up meanwhile is taken at its end, no IPI)
+	sends   []*flow
+	sending bool
 }
 
 // sender is a paced flow sent by a thread (Pacer.App): slot n is due at
@@ -240,6 +242,10 @@ type cpu struct {
 	// (Kernel.WakeLatencyNs); idleEntry marks the chunk that pays it
 	owedWake  int64
 	idleEntry bool
+	// idleSince: when the last thread blocked, leaving the CPU to idle
+	// (threadsIdle: since then no thread ran; Kernel.IdleEntry)
+	idleSince   int64
+	threadsIdle bool
 	// waking: the thread picked now pays the CPU's wake-up (kicked)
 	waking  bool
 	kickSet bool
@@ -861,7 +867,7 @@ func (c *cpu) sendChunk(t *thread) {
 		at = m.threadWakeLatNs
 	}
 	m.sim.Schedule(at, func() { m.nicRx(m.newPacket(f)) })
-	t.curJob = true
+	t.curJob, t.sending = true, true
 	t.cost = f.after[m.rng.IntN(len(f.after))]
 	c.startThread(t.cost)
 }
@@ -1323,6 +1329,9 @@ func (c *cpu) pickThread() {
 	if c.deferred && !c.pending {
 		c.deferred = false
 	}
+	if !c.threadsIdle {
+		c.idleSince, c.threadsIdle = c.now(), true
+	}
 	if c.owedWake > 0 {
 		// the wake-up's rest before the CPU idles again: at thread
 		// level, so interrupts and softirqs preempt it
@@ -1341,6 +1350,7 @@ func (c *cpu) pickThread() {
 func (c *cpu) runThread(t *thread) {
 	c.curThread = t
 	c.lastThread = t
+	c.threadsIdle = false
 	if len(t.sends) > 0 {
 		c.sendChunk(t)
 		return
@@ -1377,7 +1387,7 @@ func (c *cpu) threadDone() {
 		return
 	}
 	if t.curJob {
-		t.curJob = false
+		t.curJob, t.sending = false, false
 		c.next()
 		return
 	}
@@ -1597,6 +1607,9 @@ func (c *cpu) deliver(p *packet) {
 		return
 	}
 	p.enq = c.now()
+	if t.q.n == 0 && t.cur == nil && t.ipi == 0 {
+		t.ipi = t.cpu.idleEntryWake(t)
+	}
 	if ns := t.app.spec.PreemptIPINs; ns > 0 && t.q.n == 0 && t.cur == nil && t.ipi == 0 && t.cpu.runsOtherApp(t.app) {
 		// the blocked thread's wake-up preempts the running one: the
 		// IPI's cost is CPU time before the thread reads the packet
@@ -1606,12 +1619,40 @@ func (c *cpu) deliver(p *packet) {
 	t.cpu.kick()
 }
 
+// idleEntryWake is what a wake-up of blocked thread t in the CPU's idle
+// entry window (Kernel.IdleEntry) adds before t reads (as t.ipi, CPU
+// time), so that it runs SlowNs after the wake-up: the running thread
+// blocks within BeforeUs (t runs after it), or the CPU went idle less
+// than AfterUs ago (it pays its usual wake-up, or none while it pays the
+// rest of one). 0: outside the window.
+func (c *cpu) idleEntryWake(t *thread) int64 {
+	ie := c.m.sc.Kernel.IdleEntry
+	if ie == nil {
+		return 0
+	}
+	now, slow := c.now(), ns(ie.SlowNs)
+	s := &c.slots[lvlThread]
+	switch {
+	case c.idleEntry || c.idle():
+		if now-c.idleSince >= ns(ie.AfterUs*1000) {
+			return 0
+		}
+		if !c.idleEntry {
+			slow -= c.m.threadWakeLatNs
+		}
+		return max(1, slow)
+	case s.running && s.kind == kApp && c.curThread != nil && c.curThread != t && !c.curThread.hasWork() && s.end-now < ns(ie.BeforeUs*1000):
+		return max(1, slow-(s.end-now))
+	}
+	return 0
+}
+
 // runsOtherApp says whether a thread of an app other than a is running
 // (or preempted by an interrupt or softirq) on the CPU: a woken thread of
 // a must preempt it (AppSpec.PreemptIPINs).
 func (c *cpu) runsOtherApp(a *app) bool {
 	s := &c.slots[lvlThread]
-	return s.active && s.kind == kApp && !c.idleEntry && c.curThread != nil && c.curThread.app != a
+	return s.active && s.kind == kApp && !c.idleEntry && c.curThread != nil && c.curThread.app != a && !c.curThread.sending
 }
 
 // preemptReady says whether a thread woken with a reschedule IPI

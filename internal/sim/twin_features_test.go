@@ -388,21 +388,34 @@ func TestPreemptWaitsForBatch(t *testing.T) {
 
 // TestSendPathRace: a flow sent by a thread (Arrival.Sender) leaves when
 // that thread runs, and the thread keeps its CPU for its send path
-// after it. Requests at 100 and 600 us from the prober on CPU 0 cross the
-// wire on CPU 1 (1 us) to srv on CPU 0: with a 20 us send path srv's
-// wake-up finds the prober running, pays its 5 us IPI after it (26 us);
-// with 0.5 us the prober is done and srv reads at once (2 us).
+// after it (a system call: a wake-up meanwhile is taken at its end).
+// Requests at 100 and 600 us from the prober on CPU 0 cross the wire on
+// CPU 1 (1 us) to srv on CPU 0, which reads each for 1 us. With the idle
+// entry window (kernel.idle_entry: 2 us before the prober blocks, 1.5
+// after), a wake-up inside it makes srv run 12 us after it.
 func TestSendPathRace(t *testing.T) {
+	win := &IdleEntry{BeforeUs: 2, AfterUs: 1.5, SlowNs: 12000}
 	for _, c := range []struct {
 		name      string
 		after     float64
+		ie        *IdleEntry
 		lat, busy float64 // us: each request's latency, CPU 0's busy time
 	}{
-		{"race", 20, 26, 2 * (20 + 5 + 1)},
-		{"done", 0.5, 2, 2 * (0.5 + 1)},
+		// srv's wake-up (101) waits for the send path's end (120), no
+		// IPI (its preempt_ipi_ns is for a running application)
+		{"behind the send path", 20, nil, 21, 2 * (20 + 1)},
+		{"done before", 0.5, nil, 2, 2 * (0.5 + 1)},
+		{"outside the window", 20, win, 21, 2 * (20 + 1)},
+		// the prober blocks 0.5 us after the wake-up (within 2)
+		{"blocks just after", 1.5, win, 14, 2 * (1.5 + 12 - 0.5 + 1)},
+		// the CPU went idle 0.5 us before it (within 1.5)
+		{"idle just before", 0.5, win, 14, 2 * (0.5 + 12 + 1)},
+		// idle 1 us, past a 0.8 us window: polling, srv runs at once
+		{"idle, polling", 0, &IdleEntry{BeforeUs: 2, AfterUs: 0.8, SlowNs: 12000}, 2, 2 * (0 + 1)},
 	} {
 		cpu0 := 0
 		sc := wireBase()
+		sc.Kernel.IdleEntry = c.ie
 		sc.Apps = []AppSpec{{Name: "prober", CPU: &cpu0, Cost: Cost{Ns: 1}, Nice: -20},
 			{Name: "srv", CPU: &cpu0, Cost: Cost{Ns: 1000}, Nice: -20, PreemptIPINs: 5000}}
 		sc.Flows = []FlowSpec{{Name: "req", Path: []string{"wire"}, App: "srv",
@@ -412,8 +425,13 @@ func TestSendPathRace(t *testing.T) {
 			t.Errorf("%s: %d requests, latency mean %.2f max %.2f us, want 2 of %.1f", c.name, f.Delivered, f.Latency.Mean, f.Latency.Max, c.lat)
 		}
 		if busy := (1 - r.CPUs[0].Idle) * sc.DurationMs * 1000; math.Abs(busy-c.busy) > 0.05 {
-			t.Errorf("%s: CPU 0 busy %.2f us, want %.1f (send paths, IPIs, reads)", c.name, busy, c.busy)
+			t.Errorf("%s: CPU 0 busy %.2f us, want %.1f (send paths, slow wake-ups as CPU time, reads)", c.name, busy, c.busy)
 		}
+	}
+	sc := wireBase()
+	sc.Kernel.IdleEntry = &IdleEntry{SlowNs: -1}
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "idle_entry") {
+		t.Errorf("negative idle_entry.slow_ns: %v", err)
 	}
 	for _, c := range []struct {
 		edit func(*FlowSpec)
