@@ -288,10 +288,12 @@ var allRawMisses = map[string][]string{
 	},
 }
 
-// TestRawAgentsRuns validates the twin on the two live runs with the
-// agents in raw system calls (scripts/twin-validate at 04:33 and 05:04
-// UTC on 2026-11-27; testdata/twin/raw-1127 and raw2-1127: trace, bench
-// compare, micro-benchmarks and wake-race from one run each). Their
+// TestRawAgentsRuns validates the twin on the live runs with the agents
+// in raw system calls (scripts/twin-validate on 2026-11-27 at 04:33 and
+// 05:04 UTC, the prober and the echo server in raw calls,
+// testdata/twin/raw-1127 and raw2-1127; at 07:03 and 07:11, every agent,
+// allraw-1127 and allraw2-1127: trace, bench compare, micro-benchmarks
+// and wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
 // and the sink's preempting wake-ups and the application CPU's wake-up
 // on the path are modelled, from each run's own file. A new miss fails; fewer goals or
