@@ -70,6 +70,7 @@ default_network = "rxnet"
 [engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+runtime = "runc"
 `, plugin, filepath.Join(d, "net.d"))
 	list := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"rxnet","plugins":[
  {"type":"bridge","bridge":"rxpod0","isGateway":true,"ipMasq":false,

@@ -16,6 +16,9 @@ import (
 // the new namespace, so it runs on a locked thread that switches back; if
 // switching back fails the thread stays locked and dies with the goroutine.
 func NewNamed(name string) error {
+	if err := ShareDir(Dirs[0]); err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()

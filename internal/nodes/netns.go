@@ -10,6 +10,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rxlane/rxlane/internal/netns"
 )
 
 // Where the namespaces live: Kubernetes' runtimes (and ip netns) keep
@@ -38,8 +40,8 @@ func cniNetnsName() string {
 // netns and Docker do: a bind mount of the namespace onto a file) and
 // returns the file's path. An existing file of that name is an error.
 func NewNetns(dir, name string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create netns dir: %w", err)
+	if err := netns.ShareDir(dir); err != nil {
+		return "", err
 	}
 	p := filepath.Join(dir, name)
 	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)

@@ -24,6 +24,19 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// netnsTempDir is a temporary directory for namespace files: NewNetns
+// makes it a mount point of its own (netns.ShareDir), undone here before
+// the directory is removed (cleanups run last registered first).
+func netnsTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		for unix.Unmount(dir, unix.MNT_DETACH) == nil {
+		}
+	})
+	return dir
+}
+
 func TestParseKind(t *testing.T) {
 	for _, c := range []struct {
 		in   string
@@ -379,7 +392,7 @@ func TestAddDelPod(t *testing.T) {
 // VNI and container, reached from its own remote container.
 func TestDockerNetworks(t *testing.T) {
 	requireRoot(t)
-	n := build(t, Options{Kind: Docker, Networks: -1, DockerNetnsDir: t.TempDir()})
+	n := build(t, Options{Kind: Docker, Networks: -1, DockerNetnsDir: netnsTempDir(t)})
 	if len(n.Tunnels) != 0 || len(n.Pods) != 0 {
 		t.Fatalf("bare host: %+v", n)
 	}
@@ -441,7 +454,7 @@ func TestFailedBuildLeavesNothing(t *testing.T) {
 // TestDeleteNetnsTwice: deleting a namespace that is gone is success.
 func TestDeleteNetnsTwice(t *testing.T) {
 	requireRoot(t)
-	p, err := NewNetnsPrefixed(t.TempDir(), "rxn")
+	p, err := NewNetnsPrefixed(netnsTempDir(t), "rxn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,5 +465,49 @@ func TestDeleteNetnsTwice(t *testing.T) {
 		if err := DeleteNetns(p); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestNetnsSurvivesDirMount: a namespace made in a directory that is not
+// yet a mount point stays deletable after another tool turns the
+// directory into one, as `ip netns add` does (iproute2: share the
+// directory, or, if it is no mount point (EINVAL), bind it onto itself
+// and share it). Before NewNetns shared the directory first, the
+// namespace's mount ended up under the new one and its file could be
+// neither unmounted nor removed (EBUSY: TestPodman leaked its namespace
+// that way when the CNI plugins ran `ip netns` style setup).
+func TestNetnsSurvivesDirMount(t *testing.T) {
+	requireRoot(t)
+	dir := netnsTempDir(t)
+	p, err := NewNetnsPrefixed(dir, "rxnodes-share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// whatever of the namespace a failure left, once the
+		// directory's own mounts are gone (the cleanup after this one)
+		unix.Unmount(p, unix.MNT_DETACH)
+		os.Remove(p)
+	})
+	// what iproute2 does before adding a namespace
+	if err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); errors.Is(err, unix.EINVAL) {
+		if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			t.Fatal(err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if err := DeleteNetns(p); err != nil {
+		t.Fatalf("delete %s after the directory was shared: %v", p, err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there: %v", p, err)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), p) {
+		t.Errorf("a mount of %s is left:\n%s", p, mi)
 	}
 }
