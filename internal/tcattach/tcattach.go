@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -38,6 +39,39 @@ func marker(l netlink.Link) (string, error) {
 		return "", fmt.Errorf("netns of %s: %w", l.Attrs().Name, err)
 	}
 	return filepath.Join(MarkerDir, fmt.Sprintf("%d-%d", st.Ino, l.Attrs().Index)), nil
+}
+
+// pruneMarkers removes this namespace's markers whose device is gone:
+// no device has the marker's index, or one of another name has it. A
+// device deleted under a filter (dockerd remaking its vxlan0, a pod's
+// veth going) takes its clsact with it and leaves no name to Detach, so
+// its marker would stay, and later vouch for a clsact that a new device
+// with the same index and name got from someone else.
+func pruneMarkers() {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return
+	}
+	prefix := fmt.Sprintf("%d-", st.Ino)
+	ents, _ := os.ReadDir(MarkerDir)
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		idx, err := strconv.Atoi(rest)
+		if !ok || err != nil {
+			continue
+		}
+		m := filepath.Join(MarkerDir, e.Name())
+		name, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		if l, err := netlink.LinkByIndex(idx); err != nil || l.Attrs().Name != string(name) {
+			var nf netlink.LinkNotFoundError
+			if err == nil || errors.As(err, &nf) {
+				os.Remove(m)
+			}
+		}
+	}
 }
 
 // markedOurs says whether rxlane's marker says it added l's clsact.
@@ -112,6 +146,7 @@ func (f Filter) AttachRecorded(dev string, prog *ebpf.Program, record func(creat
 		return false, fmt.Errorf("list qdiscs on %s: %w", dev, err)
 	}
 	creates := !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" })
+	pruneMarkers()
 	if record != nil {
 		if err := record(creates); err != nil {
 			return false, err

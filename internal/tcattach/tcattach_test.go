@@ -2,6 +2,7 @@ package tcattach
 
 import (
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -195,4 +196,49 @@ func TestAttachKeepsTxQueueLen(t *testing.T) {
 			t.Errorf("after detach: txqueuelen %d (want 0), clsact left: %v", q, hasClsact(t))
 		}
 	})
+}
+
+// TestStaleMarkerPruned: a device deleted under its filter takes its
+// clsact with it, and Detach (by name) cannot find it any more; its
+// marker goes at the next attach in that namespace, so it cannot vouch
+// for a clsact a later device gets from someone else.
+func TestStaleMarkerPruned(t *testing.T) {
+	MarkerDir = t.TempDir()
+	prog := passProg(t)
+	f := Filter{Name: "a", Prio: 10, Handle: 1}
+	inFreshNetns(t, func() {
+		if created, err := f.Attach("d0", prog); err != nil || !created {
+			t.Fatalf("attach d0: created %v, %v", created, err)
+		}
+		d0, _ := netlink.LinkByName("d0")
+		if err := netlink.LinkDel(d0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Detach("d0", true); err != nil {
+			t.Fatalf("detach from a device that is gone: %v", err)
+		}
+		if ents, _ := os.ReadDir(MarkerDir); len(ents) != 1 {
+			t.Fatalf("markers %v, want d0's (stale: Detach cannot see it)", ents)
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "e0"}, PeerName: "e1"}); err != nil {
+			t.Fatal(err)
+		}
+		if created, err := f.Attach("e0", prog); err != nil || !created {
+			t.Fatalf("attach e0: created %v, %v", created, err)
+		}
+		e0, _ := netlink.LinkByName("e0")
+		m, err := marker(e0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ents, _ := os.ReadDir(MarkerDir); len(ents) != 1 || ents[0].Name() != filepath.Base(m) {
+			t.Fatalf("markers %v, want e0's alone (%s)", ents, filepath.Base(m))
+		}
+		if err := f.Detach("e0", true); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if ents, _ := os.ReadDir(MarkerDir); len(ents) != 0 {
+		t.Fatalf("markers left: %v", ents)
+	}
 }
