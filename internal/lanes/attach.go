@@ -491,6 +491,17 @@ func DisableReport(o Options) (Removal, error) {
 		ns = cmp.Or(o.Netns, st.Netns)
 		if ref, err := netns.Resolve(ns); err != nil || st.NetnsIno != 0 && ref.Ino != st.NetnsIno {
 			r.NetnsGone = true
+			// The clsact qdiscs the lane added went with the devices;
+			// their markers would outlive them.
+			var devs []string
+			for _, a := range st.Attachments {
+				if !a.XDP && a.CreatedClsact {
+					devs = append(devs, a.Device)
+				}
+			}
+			if st.NetnsIno != 0 {
+				tcattach.ForgetNetns(st.NetnsIno, devs)
+			}
 			// The pins would keep the gone lane's programs and maps.
 			if err := r.unpin(pinDirs); err != nil {
 				return r, err

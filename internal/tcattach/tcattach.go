@@ -74,6 +74,26 @@ func pruneMarkers() {
 	}
 }
 
+// ForgetNetns removes the markers of the namespace whose inode was ino
+// for the named devices, once that namespace is gone (its devices, and
+// their clsact, went with it), as a lane's Disable finds it. Should the
+// inode already name a new namespace where rxlane added a clsact to a
+// device of the same name, that clsact then stays at Detach: the safe
+// side (never another's removed).
+func ForgetNetns(ino uint64, devs []string) {
+	prefix := fmt.Sprintf("%d-", ino)
+	ents, _ := os.ReadDir(MarkerDir)
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		m := filepath.Join(MarkerDir, e.Name())
+		if name, err := os.ReadFile(m); err == nil && slices.Contains(devs, string(name)) {
+			os.Remove(m)
+		}
+	}
+}
+
 // markedOurs says whether rxlane's marker says it added l's clsact.
 func markedOurs(l netlink.Link) bool {
 	m, err := marker(l)

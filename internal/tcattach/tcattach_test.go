@@ -242,3 +242,23 @@ func TestStaleMarkerPruned(t *testing.T) {
 		t.Fatalf("markers left: %v", ents)
 	}
 }
+
+// TestForgetNetns: a gone namespace's markers for the named devices go;
+// another namespace's, and its other devices', stay.
+func TestForgetNetns(t *testing.T) {
+	MarkerDir = t.TempDir()
+	for name, dev := range map[string]string{"7-11": "vxlan0", "7-12": "eth0", "8-11": "vxlan0"} {
+		if err := os.WriteFile(filepath.Join(MarkerDir, name), []byte(dev), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ForgetNetns(7, []string{"vxlan0"})
+	var left []string
+	ents, _ := os.ReadDir(MarkerDir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if !slices.Equal(left, []string{"7-12", "8-11"}) {
+		t.Errorf("markers left %v, want 7-12 (not named) and 8-11 (another namespace)", left)
+	}
+}
