@@ -248,44 +248,43 @@ var rawLoadedMisses = []string{
 	"latency lanes-queue 300k p99_us",
 }
 
-// allRawMisses are the misses of the two runs with every agent in raw
-// system calls (the generator and the sink too; docs/sim.md, "Every agent
-// in raw calls"). The queue lane at 300k saturated the receive CPU
+// allRawMisses and allRaw2Misses are the misses of the two runs with
+// every agent in raw system calls (the generator and the sink too;
+// docs/sim.md, "Every agent in raw calls"). The queue lane at 300k saturated the receive CPU
 // (measured p50 218 and 937 us, the model's 107 and 149); the second
 // run's vanilla idle p50 (43 us, the calibration) stood 12 us above the
 // lanes' (31), which makes every lane's idle p50 a miss there, and its
 // queue lane delivered 272 kpps of 300 where the model keeps up. The
 // other rankings listed are pairs whose measured ranges overlap, where
 // the model's difference is larger than the overlap.
-var allRawMisses = map[string][]string{
-	"allraw-1127": {
-		"latency lanes-sync 100k p50_us",
-		"latency lanes-queue 100k p50_us",
-		"latency lanes-queue 300k p50_us",
-		"latency lanes-queue 300k p99_us",
-		"rank latency 150k p50_us vanilla vs lanes-sync",
-		"rank latency 100k p50_us lanes-sync vs lanes-queue",
-		"rank latency 150k p50_us lanes-sync vs lanes-queue",
-	},
-	"allraw2-1127": {
-		"latency lanes-sync idle p50_us",
-		"latency lanes-queue idle p50_us",
-		"latency vanilla 150k p50_us",
-		"latency lanes-queue 150k p50_us",
-		"latency vanilla 300k p99_us",
-		"latency lanes-sync 300k p50_us",
-		"latency lanes-sync 300k p99_us",
-		"latency lanes-queue 300k p50_us",
-		"latency lanes-queue 300k p99_us",
-		"rank latency 300k delivered_pps vanilla vs lanes-queue",
-		"rank latency 150k p50_us vanilla vs lanes-sync",
-		"rank latency 150k p99_us vanilla vs lanes-sync",
-		"rank latency 150k p50_us vanilla vs lanes-queue",
-		"rank latency 300k p50_us vanilla vs lanes-sync",
-		"rank latency 300k p99_us vanilla vs lanes-queue",
-		"rank latency 150k p50_us lanes-sync vs lanes-queue",
-		"rank latency 300k p99_us lanes-sync vs lanes-queue",
-	},
+var allRawMisses = []string{
+	"latency lanes-sync 100k p50_us",
+	"latency lanes-queue 100k p50_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 150k p50_us vanilla vs lanes-sync",
+	"rank latency 100k p50_us lanes-sync vs lanes-queue",
+	"rank latency 150k p50_us lanes-sync vs lanes-queue",
+}
+
+var allRaw2Misses = []string{
+	"latency lanes-sync idle p50_us",
+	"latency lanes-queue idle p50_us",
+	"latency vanilla 150k p50_us",
+	"latency lanes-queue 150k p50_us",
+	"latency vanilla 300k p99_us",
+	"latency lanes-sync 300k p50_us",
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 300k delivered_pps vanilla vs lanes-queue",
+	"rank latency 150k p50_us vanilla vs lanes-sync",
+	"rank latency 150k p99_us vanilla vs lanes-sync",
+	"rank latency 150k p50_us vanilla vs lanes-queue",
+	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 300k p99_us vanilla vs lanes-queue",
+	"rank latency 150k p50_us lanes-sync vs lanes-queue",
+	"rank latency 300k p99_us lanes-sync vs lanes-queue",
 }
 
 // TestRawAgentsRuns validates the twin on the live runs with the agents
@@ -303,26 +302,22 @@ func TestRawAgentsRuns(t *testing.T) {
 		name                     string
 		wakePath, preempt, appOn float64
 		goals, ranks             int
-		extra                    []string // the run's own misses
+		misses                   []string // the run's known misses
 	}{
-		{"raw-1127", 2000, 9000, 3000, 20, 23, nil},
+		{"raw-1127", 2000, 9000, 3000, 20, 23, rawLoadedMisses},
 		// the quieter run: vanilla's and the queue lane's 300k p99s
 		// within 1 us in the model, measured 99 (99-105) and 109
 		// (107-118): the queue lane's extra receive-CPU cost shows in
 		// its tail there, not in the model's
-		{"raw2-1127", 1000, 11000, 4000, 20, 22, []string{"rank latency 300k p99_us vanilla vs lanes-queue"}},
+		{"raw2-1127", 1000, 11000, 4000, 20, 22, append(slices.Clone(rawLoadedMisses), "rank latency 300k p99_us vanilla vs lanes-queue")},
 		// the generator and the sink in raw calls too (07:03 and 07:11
 		// UTC, a slower VM than the runs above: the receive CPU 90-97%
-		// busy at 300k); the misses are their own, below
-		{"allraw-1127", 1000, 10000, 15000, 24, 20, nil},
-		{"allraw2-1127", 1000, 14000, 14000, 19, 15, nil},
+		// busy at 300k); the misses are their own, above
+		{"allraw-1127", 1000, 10000, 15000, 24, 20, allRawMisses},
+		{"allraw2-1127", 1000, 14000, 14000, 19, 15, allRaw2Misses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			known := allRawMisses[c.name]
-			if known == nil {
-				known = rawLoadedMisses
-			}
-			n := validateDay(t, c.name, c.wakePath, append(slices.Clone(known), c.extra...), c.goals, c.ranks)
+			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
 			if n.WakePreemptNs != c.preempt || n.AppWakePathNs == nil || *n.AppWakePathNs != c.appOn {
 				t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want %.0f and %.0f from the file", n.WakePreemptNs, n.AppWakePathNs, c.preempt, c.appOn)
 			}
