@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"time"
 	"unsafe"
 
@@ -107,9 +106,7 @@ func (in *Injector) Run(ctx context.Context, rate float64, duration time.Duratio
 	// The generator shares the application CPU with the measured agents:
 	// it sleeps and sends in raw system calls on its own locked thread, so
 	// its wake-ups run no other runtime thread there (rawwait.go).
-	rawWaitProcs(1)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	defer rawWaitThread()()
 	interval := time.Duration(float64(time.Second) * float64(in.batch) / rate)
 	p := newPacer(interval)
 	p.raw = true

@@ -27,6 +27,15 @@ import (
 // the goroutine that would end it may be the one stopped. Callers that
 // wait in a loop call runtime.Gosched on every timeout.
 
+// rawWaitThread makes the calling goroutine an agent's one raw waiter: a
+// P held for it (rawWaitProcs) on its own locked thread. The caller
+// defers the returned unlock.
+func rawWaitThread() (unlock func()) {
+	rawWaitProcs(1)
+	runtime.LockOSThread()
+	return runtime.UnlockOSThread
+}
+
 // rawWaitProcs makes sure n goroutines can wait in raw calls while the
 // agent's other goroutines (signals, context, timers) still run.
 func rawWaitProcs(n int) {

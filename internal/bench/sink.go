@@ -25,9 +25,7 @@ type SinkResult struct {
 func RunSink(ctx context.Context, fd int, count int64, warmup time.Duration) SinkResult {
 	var r SinkResult
 	var first, last, start time.Time
-	rawWaitProcs(1)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	defer rawWaitThread()()
 	rb := newRecvBatch(fd, 64, 2048)
 	for ctx.Err() == nil && (count <= 0 || r.Packets < count) {
 		n, b, err := rb.recv()

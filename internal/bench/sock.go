@@ -67,9 +67,7 @@ func timedOut(err error) bool {
 // serveEchoUDP answers every datagram on fd until ctx ends, waiting in
 // raw system calls on its own locked thread (rawwait.go).
 func serveEchoUDP(ctx context.Context, fd int) error {
-	rawWaitProcs(1)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	defer rawWaitThread()()
 	buf := make([]byte, 65536)
 	var from rawPeer
 	for ctx.Err() == nil {
