@@ -34,11 +34,36 @@ var MarkerDir = "/run/rxlane/clsact"
 // marker is the marker file of dev (ifindex) in the calling thread's
 // network namespace.
 func marker(l netlink.Link) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+	ino, err := netnsIno()
+	if err != nil {
 		return "", fmt.Errorf("netns of %s: %w", l.Attrs().Name, err)
 	}
-	return filepath.Join(MarkerDir, fmt.Sprintf("%d-%d", st.Ino, l.Attrs().Index)), nil
+	return filepath.Join(MarkerDir, fmt.Sprintf("%d-%d", ino, l.Attrs().Index)), nil
+}
+
+// netnsIno is the calling thread's network namespace's inode: the first
+// half of its markers' names.
+func netnsIno() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// markersOf lists the markers of the namespace whose inode is ino: each
+// one's path and the device index its name holds.
+func markersOf(ino uint64) map[string]int {
+	prefix := fmt.Sprintf("%d-", ino)
+	ents, _ := os.ReadDir(MarkerDir)
+	out := map[string]int{}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if idx, err := strconv.Atoi(rest); ok && err == nil {
+			out[filepath.Join(MarkerDir, e.Name())] = idx
+		}
+	}
+	return out
 }
 
 // pruneMarkers removes this namespace's markers whose device is gone:
@@ -48,19 +73,11 @@ func marker(l netlink.Link) (string, error) {
 // its marker would stay, and later vouch for a clsact that a new device
 // with the same index and name got from someone else.
 func pruneMarkers() {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+	ino, err := netnsIno()
+	if err != nil {
 		return
 	}
-	prefix := fmt.Sprintf("%d-", st.Ino)
-	ents, _ := os.ReadDir(MarkerDir)
-	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), prefix)
-		idx, err := strconv.Atoi(rest)
-		if !ok || err != nil {
-			continue
-		}
-		m := filepath.Join(MarkerDir, e.Name())
+	for m, idx := range markersOf(ino) {
 		name, err := os.ReadFile(m)
 		if err != nil {
 			continue
@@ -81,13 +98,7 @@ func pruneMarkers() {
 // device of the same name, that clsact then stays at Detach: the safe
 // side (never another's removed).
 func ForgetNetns(ino uint64, devs []string) {
-	prefix := fmt.Sprintf("%d-", ino)
-	ents, _ := os.ReadDir(MarkerDir)
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), prefix) {
-			continue
-		}
-		m := filepath.Join(MarkerDir, e.Name())
+	for m := range markersOf(ino) {
 		if name, err := os.ReadFile(m); err == nil && slices.Contains(devs, string(name)) {
 			os.Remove(m)
 		}
