@@ -2,83 +2,87 @@ package lanes_test
 
 import (
 	"encoding/binary"
-	"errors"
+	"fmt"
 	"net"
-	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/bench"
 	"github.com/rxlane/rxlane/internal/ethtool"
 	"github.com/rxlane/rxlane/internal/lanes"
+	rnetns "github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
 
-// laneObjects lists the lane's programs and maps loaded after the given
-// IDs (IDs only grow, so objects of other programs loaded earlier do not
-// count).
-func laneObjects(t *testing.T, afterProg ebpf.ProgramID, afterMap ebpf.MapID) []string {
+// attachedLane returns the programs attached in namespace ns by a lane
+// (its tc filters, named rxlane_lanes*, and XDP programs) and their maps:
+// the objects this test's lane loaded, whatever other tests running at
+// the same time (other packages) load.
+func attachedLane(t *testing.T, ns string) (progs []ebpf.ProgramID, maps []ebpf.MapID) {
 	t.Helper()
-	var out []string
-	for id := afterProg; ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if errors.Is(err, os.ErrNotExist) {
-			break
-		} else if err != nil {
+	err := rnetns.Do(ns, false, func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if x := l.Attrs().Xdp; x != nil && x.ProgId != 0 {
+				progs = append(progs, ebpf.ProgramID(x.ProgId))
+			}
+			fs, _ := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+			for _, f := range fs {
+				if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, "rxlane_lanes") {
+					progs = append(progs, ebpf.ProgramID(bf.Id))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range progs {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
 			t.Fatal(err)
 		}
-		id = next
+		if info, err := p.Info(); err == nil {
+			ids, _ := info.MapIDs()
+			maps = append(maps, ids...)
+		}
+		p.Close()
+	}
+	if len(progs) == 0 {
+		t.Fatalf("no lane program attached in %s", ns)
+	}
+	return progs, maps
+}
+
+// stillLoaded lists which of the given programs and maps the kernel
+// still holds.
+func stillLoaded(progs []ebpf.ProgramID, maps []ebpf.MapID) []string {
+	var out []string
+	for _, id := range progs {
 		if p, err := ebpf.NewProgramFromID(id); err == nil {
-			if info, err := p.Info(); err == nil && (info.Name == "lanes_ingress" || info.Name == "lanes_xdp") {
-				out = append(out, "program "+info.Name)
-			}
+			out = append(out, fmt.Sprintf("program %d", id))
 			p.Close()
 		}
 	}
-	names := map[string]bool{"dst_masks": true, "src_masks": true, "port_masks": true, "proto_masks": true, "lane_stats": true, "rule_stats": true, "vxlan_ports": true}
-	for id := afterMap; ; {
-		next, err := ebpf.MapGetNextID(id)
-		if errors.Is(err, os.ErrNotExist) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		id = next
+	for _, id := range maps {
 		if m, err := ebpf.NewMapFromID(id); err == nil {
-			if info, err := m.Info(); err == nil && names[info.Name] {
-				out = append(out, "map "+info.Name)
-			}
+			out = append(out, fmt.Sprintf("map %d", id))
 			m.Close()
 		}
 	}
 	return out
-}
-
-// lastIDs returns the highest program and map IDs in use.
-func lastIDs() (ebpf.ProgramID, ebpf.MapID) {
-	var p ebpf.ProgramID
-	for {
-		next, err := ebpf.ProgramGetNextID(p)
-		if err != nil {
-			break
-		}
-		p = next
-	}
-	var m ebpf.MapID
-	for {
-		next, err := ebpf.MapGetNextID(m)
-		if err != nil {
-			break
-		}
-		m = next
-	}
-	return p, m
 }
 
 // kernelDrops sums every drop counter the kernel keeps on the way from
@@ -140,7 +144,8 @@ func TestToggleUnderTraffic(t *testing.T) {
 	}
 
 	before := testbedtest.Snapshot(t, tb)
-	prog0, map0 := lastIDs()
+	var lanePrograms []ebpf.ProgramID
+	var laneMaps []ebpf.MapID
 
 	var rx, tx *net.UDPConn
 	if err := testbed.Do(tb, testbed.CtrB, func() (err error) {
@@ -239,6 +244,8 @@ func TestToggleUnderTraffic(t *testing.T) {
 				t.Fatalf("enable %s (%d): %v", mode, i, err)
 			}
 			waitFor(got.Load() + 2000) // traffic flows with the lane on
+			p, m := attachedLane(t, hostB)
+			lanePrograms, laneMaps = append(lanePrograms, p...), append(laneMaps, m...)
 			if err := lanes.Disable(o); err != nil {
 				close(stop)
 				t.Fatalf("disable %s (%d): %v", mode, i, err)
@@ -277,10 +284,10 @@ func TestToggleUnderTraffic(t *testing.T) {
 	if after := testbedtest.Snapshot(t, tb); after != before {
 		t.Errorf("testbed changed by enable/disable:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	left := laneObjects(t, prog0, map0)
+	left := stillLoaded(lanePrograms, laneMaps)
 	for end := time.Now().Add(5 * time.Second); len(left) > 0 && time.Now().Before(end); {
 		time.Sleep(50 * time.Millisecond) // polling the kernel's deferred free; no event to wait on
-		left = laneObjects(t, prog0, map0)
+		left = stillLoaded(lanePrograms, laneMaps)
 	}
 	if len(left) > 0 {
 		t.Errorf("after disable the lane's objects are still loaded: %v", left)
