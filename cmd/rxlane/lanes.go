@@ -25,6 +25,9 @@ type lanesFlags struct {
 	stateDir    string
 	json        bool
 	agentSocket string
+	// opened is the store a verb opened (its Retired note is printed
+	// after the verb, whether or not it succeeded)
+	opened *lanes.Store
 }
 
 // store opens the namespace's lanes store: its rules, its lane record
@@ -35,7 +38,16 @@ func (f *lanesFlags) store() (*lanes.Store, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--netns: %w", err)}
 	}
+	f.opened = st
 	return st, nil
+}
+
+// retiredNote says, on stderr, that the verb found and dropped what an
+// earlier namespace with this one's inode left in the state directory.
+func (f *lanesFlags) retiredNote(w io.Writer) {
+	if f.opened != nil && f.opened.Retired {
+		fmt.Fprintf(w, "note: %s reuses the inode of a namespace that is gone; that namespace's rules and lane record (%s) were dropped, not applied here\n", f.opened.NS, f.opened.NS.ID())
+	}
 }
 
 // lanesStateDir is the default state directory: /run/rxlane/lanes, or
@@ -98,6 +110,17 @@ stays the lane's only writer (docs/agent.md). See docs/lanes.md.`,
 	cmd.PersistentFlags().StringVar(&f.agentSocket, "agent-socket", agentSocket(), "a running agent's socket: add, del and sync go through the agent while it runs and manages the namespace ($RXLANE_AGENT_SOCKET)")
 	cmd.AddCommand(newLanesAddCmd(f), newLanesDelCmd(f), newLanesListCmd(f), newLanesEnableCmd(f),
 		newLanesDisableCmd(f), newLanesStatsCmd(f), newLanesSyncCmd(f), newLanesWatchCmd(f))
+	// every verb says so when its store dropped an earlier namespace's
+	// files, also a verb that failed afterwards
+	for _, c := range cmd.Commands() {
+		if run := c.RunE; run != nil {
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				err := run(cmd, args)
+				f.retiredNote(cmd.ErrOrStderr())
+				return err
+			}
+		}
+	}
 	return cmd
 }
 

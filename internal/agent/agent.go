@@ -884,7 +884,8 @@ func sweep(cfg *Config, log *slog.Logger) error {
 		log.Info("lane disabled", "record", rec, "netns_gone", r.NetnsGone)
 	}
 	rules, _ := filepath.Glob(filepath.Join(cfg.LanesDir(), "*.rules.json"))
-	for _, f := range rules {
+	cookies, _ := filepath.Glob(filepath.Join(cfg.LanesDir(), "*.cookie"))
+	for _, f := range append(rules, cookies...) {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -935,8 +936,10 @@ func cleanupConfig(cfg *Config, log *slog.Logger) error {
 		}
 		log.Info("lane disabled", "netns", l.Netns, "recorded", r.Recorded, "unrecorded", len(r.Unrecorded))
 		// The rules the agent stored go with its state.
-		if err := os.Remove(st.RulesFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		for _, f := range []string{st.RulesFile(), st.CookieFile()} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	// Isolation is the sweep's, last: steering's rps_cpus were

@@ -169,6 +169,14 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 	if err != nil {
 		return topo, err
 	}
+	if prev != nil && netnsGone(o.Netns, prev) {
+		// the record of an earlier namespace that had this inode: its
+		// lane went with it; this one starts afresh
+		if err := forgetGone(o.StateFile, prev, existingDirs(prev.PinDir), &Removal{}); err != nil {
+			return topo, fmt.Errorf("drop the record of a namespace that is gone: %w", err)
+		}
+		prev = nil
+	}
 	if prev != nil && !prev.Committed {
 		return topo, ErrInterrupted
 	}
@@ -199,7 +207,11 @@ func Enable(o Options, rules *policy.Set) (topo Topology, err error) {
 		} else if len(found) > 0 {
 			return fmt.Errorf("rxlane's lane is attached on %s without a record in %s (enabled with another --state-dir, or killed before it recorded): run `rxlane lanes disable` with this --state-dir to remove it, then enable", describe(found), o.StateFile)
 		}
-		return enableNew(o, ref.Ino, mode, topo, tables, devs, tunnelDevs)
+		cookie, err := netns.CookieHere()
+		if err != nil {
+			return err
+		}
+		return enableNew(o, ref.Ino, cookie, mode, topo, tables, devs, tunnelDevs)
 	})
 	if err == nil {
 		under, uerr := readUnderlays(o.Netns, topo.Topology)
@@ -291,7 +303,7 @@ func reenableWrite(o Options, prev *State, m *lanesMaps, topo Topology, tables p
 // enableNew loads the lane and attaches it, journaling each change first.
 // On error it undoes what it did and removes the journal; a kill leaves
 // the journal for Disable.
-func enableNew(o Options, ino uint64, mode string, topo Topology, tables policy.Tables, devs, tunnelDevs []string) (err error) {
+func enableNew(o Options, ino, cookie uint64, mode string, topo Topology, tables policy.Tables, devs, tunnelDevs []string) (err error) {
 	objs, err := loadObjects(o.TrustOuterCsum)
 	if err != nil {
 		return err
@@ -308,7 +320,7 @@ func enableNew(o Options, ino uint64, mode string, topo Topology, tables policy.
 			return err
 		}
 	}
-	j, err := journal.Create(o.StateFile, laneBegin{Netns: o.Netns, NetnsIno: ino, Mode: mode,
+	j, err := journal.Create(o.StateFile, laneBegin{Netns: o.Netns, NetnsIno: ino, NetnsCookie: cookie, Mode: mode,
 		SkipNetfilter: o.SkipNetfilter, TrustOuterCsum: o.TrustOuterCsum, Device: o.Device})
 	if errors.Is(err, journal.ErrExists) {
 		return fmt.Errorf("another enable is recording in %s", o.StateFile)
@@ -468,6 +480,44 @@ func (r *Removal) unpin(dirs []string) error {
 	return errors.Join(errs...)
 }
 
+// netnsGone reports whether the namespace a lane was recorded in (st) is
+// gone from ns: ns names no namespace, or a later one (another inode, or
+// its inode with another cookie: the kernel reuses inodes).
+func netnsGone(ns string, st *State) bool {
+	ref, err := netns.Resolve(ns)
+	if err != nil {
+		return true
+	}
+	if st.NetnsIno != 0 && ref.Ino != st.NetnsIno {
+		return true
+	}
+	if st.NetnsCookie == 0 {
+		return false
+	}
+	c, err := ref.Cookie()
+	return err == nil && netns.StaleCookie(st.NetnsCookie, c)
+}
+
+// forgetGone drops the record (stateFile) of a lane whose namespace is
+// gone, with what outlives the namespace: the markers of the clsact
+// qdiscs it added (which went with the devices) and its pins (which
+// would keep its programs and maps).
+func forgetGone(stateFile string, st *State, pinDirs []string, r *Removal) error {
+	var devs []string
+	for _, a := range st.Attachments {
+		if !a.XDP && a.CreatedClsact {
+			devs = append(devs, a.Device)
+		}
+	}
+	if st.NetnsIno != 0 {
+		tcattach.ForgetNetns(st.NetnsIno, st.NetnsCookie, devs)
+	}
+	if err := r.unpin(pinDirs); err != nil {
+		return err
+	}
+	return journal.Remove(stateFile)
+}
+
 // Disable detaches everything Enable attached and removes the record; it
 // finds and removes rxlane's lane programs in the namespace also without
 // a record. It can be repeated.
@@ -489,24 +539,9 @@ func DisableReport(o Options) (Removal, error) {
 		pinDirs = existingDirs(st.PinDir, o.PinDir)
 		r.Recorded, r.Interrupted = true, !st.Committed
 		ns = cmp.Or(o.Netns, st.Netns)
-		if ref, err := netns.Resolve(ns); err != nil || st.NetnsIno != 0 && ref.Ino != st.NetnsIno {
+		if netnsGone(ns, st) {
 			r.NetnsGone = true
-			// The clsact qdiscs the lane added went with the devices;
-			// their markers would outlive them.
-			var devs []string
-			for _, a := range st.Attachments {
-				if !a.XDP && a.CreatedClsact {
-					devs = append(devs, a.Device)
-				}
-			}
-			if st.NetnsIno != 0 {
-				tcattach.ForgetNetns(st.NetnsIno, devs)
-			}
-			// The pins would keep the gone lane's programs and maps.
-			if err := r.unpin(pinDirs); err != nil {
-				return r, err
-			}
-			return r, journal.Remove(o.StateFile)
+			return r, forgetGone(o.StateFile, st, pinDirs, &r)
 		}
 	}
 	err = inNetns(ns, func() error {

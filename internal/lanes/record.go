@@ -26,8 +26,11 @@ import (
 
 // laneBegin is the begin record.
 type laneBegin struct {
-	Netns          string `json:"netns"`
-	NetnsIno       uint64 `json:"netns_ino,omitempty"`
+	Netns    string `json:"netns"`
+	NetnsIno uint64 `json:"netns_ino,omitempty"`
+	// NetnsCookie tells the namespace from a later one given its inode
+	// (netns.CookieHere; 0: an older record, or no cookies).
+	NetnsCookie    uint64 `json:"netns_cookie,omitempty"`
 	Mode           string `json:"mode"`
 	SkipNetfilter  bool   `json:"skip_netfilter"`
 	TrustOuterCsum bool   `json:"trust_outer_csum"`
@@ -47,8 +50,9 @@ const (
 
 // State is the lane's record, replayed.
 type State struct {
-	Netns    string `json:"netns"`
-	NetnsIno uint64 `json:"netns_ino,omitempty"`
+	Netns       string `json:"netns"`
+	NetnsIno    uint64 `json:"netns_ino,omitempty"`
+	NetnsCookie uint64 `json:"netns_cookie,omitempty"`
 	// SkipNetfilter: endpoints whose normal path filters traffic (bridge
 	// netfilter, the routed FORWARD chain where Calico enforces
 	// NetworkPolicy, tc egress) are served anyway, skipping that filter.
@@ -92,7 +96,7 @@ func loadState(path string) (*State, error) {
 	if err := json.Unmarshal(c.Begin, &b); err != nil {
 		return nil, fmt.Errorf("lane record %s: %w", path, err)
 	}
-	st := &State{Netns: b.Netns, NetnsIno: b.NetnsIno, SkipNetfilter: b.SkipNetfilter, Mode: b.Mode,
+	st := &State{Netns: b.Netns, NetnsIno: b.NetnsIno, NetnsCookie: b.NetnsCookie, SkipNetfilter: b.SkipNetfilter, Mode: b.Mode,
 		TrustOuterCsum: b.TrustOuterCsum, Device: b.Device, Committed: c.Committed, Recorded: true}
 	for _, r := range c.Intents {
 		var err error

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 )
@@ -20,12 +23,27 @@ import (
 // The CLI, the bench and an agent change lanes only through a Store: a
 // rule is stored and written to the maps under one lock, so concurrent
 // adds, syncs and watches never leave the maps older than the file.
+//
+// Files are named by the namespace's inode, which the kernel gives to a
+// later namespace once this one is gone; a cookie file (CookieFile) says
+// which namespace they belong to, and files a gone namespace left are
+// retired, not adopted (see claim).
 type Store struct {
 	Dir string
 	NS  netns.Ref
 	// PinRoot holds the lane's pin directory (PinDir); OpenStore sets
 	// DefaultPinRoot, "" turns pinning off.
 	PinRoot string
+	// Retired is set when a change found the files of an earlier
+	// namespace that had this one's inode and dropped them: its rules,
+	// and its lane's record, pins and clsact markers (the lane went with
+	// that namespace).
+	Retired bool
+	// cookie is the namespace's cookie when the store was opened (0:
+	// not known): the files are this namespace's, whatever the path
+	// holds later (a lane watch follows a namespace remade at its path
+	// with these files).
+	cookie uint64
 }
 
 // OpenStore resolves netnsSpec ("" for the caller's namespace, a name in
@@ -35,7 +53,11 @@ func OpenStore(dir, netnsSpec string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Dir: dir, NS: ref, PinRoot: DefaultPinRoot}, nil
+	cookie, err := ref.Cookie()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	return &Store{Dir: dir, NS: ref, PinRoot: DefaultPinRoot, cookie: cookie}, nil
 }
 
 // RulesFile holds the namespace's rules.
@@ -43,6 +65,59 @@ func (s *Store) RulesFile() string { return filepath.Join(s.Dir, s.NS.ID()+".rul
 
 // RecordFile is the lane's write-ahead record.
 func (s *Store) RecordFile() string { return filepath.Join(s.Dir, s.NS.ID()+".lane.jsonl") }
+
+// CookieFile holds the cookie (netns.CookieHere) of the namespace the
+// store's files belong to.
+func (s *Store) CookieFile() string { return filepath.Join(s.Dir, s.NS.ID()+".cookie") }
+
+// earlier reports whether the store's files were left by an earlier
+// namespace with this one's inode (their cookie is not this namespace's).
+func (s *Store) earlier() (bool, error) {
+	b, err := os.ReadFile(s.CookieFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	was, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return netns.StaleCookie(was, s.cookie), nil
+}
+
+// claim, under the lock, makes the store's files this namespace's: files
+// an earlier namespace with its inode left are retired (its lane's
+// record, pins and markers as a gone namespace's, then its rules), and
+// the cookie file is written. Files without a cookie file (an older
+// rxlane's) are this namespace's.
+func (s *Store) claim() error {
+	if s.cookie == 0 {
+		return nil
+	}
+	stale, err := s.earlier()
+	if err != nil {
+		return err
+	}
+	if !stale {
+		if _, err := os.Stat(s.CookieFile()); err == nil {
+			return nil
+		}
+	} else {
+		st, err := loadState(s.RecordFile())
+		if err != nil {
+			return fmt.Errorf("retire the lane of an earlier namespace with this inode: %w", err)
+		}
+		if st != nil {
+			if err := forgetGone(s.RecordFile(), st, existingDirs(st.PinDir, s.PinDir()), &Removal{}); err != nil {
+				return fmt.Errorf("retire the lane of an earlier namespace with this inode: %w", err)
+			}
+		}
+		if err := os.Remove(s.RulesFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("retire the rules of an earlier namespace with this inode: %w", err)
+		}
+		s.Retired = true
+	}
+	return journal.WriteFile(s.CookieFile(), fmt.Appendf(nil, "%d\n", s.cookie), 0o644)
+}
 
 // PinDir is where the lane's programs and maps are pinned ("" when the
 // store does not pin).
@@ -80,11 +155,22 @@ func (s *Store) locked(fn func() error) error {
 	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("lock lanes state: %w", err)
 	}
+	if err := s.claim(); err != nil {
+		return err
+	}
 	return fn()
 }
 
-// Rules reads the namespace's rules.
-func (s *Store) Rules() (*policy.Set, error) { return policy.Load(s.RulesFile()) }
+// Rules reads the namespace's rules (none when the rules file is an
+// earlier namespace's: see claim).
+func (s *Store) Rules() (*policy.Set, error) {
+	if stale, err := s.earlier(); err != nil {
+		return nil, err
+	} else if stale {
+		return &policy.Set{}, nil
+	}
+	return policy.Load(s.RulesFile())
+}
 
 // update changes the rules with fn, stores them and writes them into an
 // enabled lane, all under the lock. newIDs get their counters reset.

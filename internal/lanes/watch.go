@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	rnetns "github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/overlay"
 	"github.com/rxlane/rxlane/internal/policy"
 )
@@ -191,6 +192,12 @@ func watchNetns(ctx context.Context, o Options, wo WatchOptions, st *State, load
 		var fi unix.Stat_t
 		if err := unix.Fstat(int(ns), &fi); err == nil && fi.Ino != st.NetnsIno {
 			return errNetnsReplaced // remade since the lane was enabled
+		}
+	}
+	if nsPath != "" && st.NetnsCookie != 0 {
+		// remade with the old one's inode
+		if c, err := (rnetns.Ref{Path: nsPath}).Cookie(); err == nil && rnetns.StaleCookie(st.NetnsCookie, c) {
+			return errNetnsReplaced
 		}
 	}
 

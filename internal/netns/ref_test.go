@@ -58,3 +58,61 @@ func TestResolveRejectsMissingAndPlainFiles(t *testing.T) {
 		t.Errorf("plain file: %v", err)
 	}
 }
+
+// TestCookieTellsReusedInodes: a namespace created after another was
+// deleted may get its inode, never its cookie.
+func TestCookieTellsReusedInodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a named namespace")
+	}
+	self, err := CookieHere()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self == 0 {
+		t.Skip("this kernel has no SO_NETNS_COOKIE")
+	}
+	name := "rxl-cookie-" + strconv.Itoa(os.Getpid())
+	seen := map[uint64]uint64{} // inode -> cookie
+	reused := false
+	for i := 0; i < 20 && !reused; i++ {
+		if err := NewNamed(name); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Resolve(name)
+		if err != nil {
+			DeleteNamed(name)
+			t.Fatal(err)
+		}
+		c, err := r.Cookie()
+		if err != nil || c == 0 || c == self {
+			DeleteNamed(name)
+			t.Fatalf("cookie of %s: %d, %v (own namespace's %d)", name, c, err, self)
+		}
+		if again, err := r.Cookie(); err != nil || again != c {
+			DeleteNamed(name)
+			t.Fatalf("cookie read twice: %d then %d (%v)", c, again, err)
+		}
+		if old, ok := seen[r.Ino]; ok {
+			reused = true
+			if old == c || !StaleCookie(old, c) {
+				t.Errorf("inode %d reused: cookies %d and %d; want different and stale", r.Ino, old, c)
+			}
+		}
+		for _, v := range seen {
+			if v == c {
+				t.Errorf("cookie %d given twice", c)
+			}
+		}
+		seen[r.Ino] = c
+		if err := DeleteNamed(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reused {
+		t.Logf("no inode was reused in 20 namespaces (cookies all distinct: %v)", seen)
+	}
+	if StaleCookie(0, 5) || StaleCookie(5, 0) || StaleCookie(5, 5) || !StaleCookie(5, 6) {
+		t.Error("StaleCookie: a missing cookie is never stale, a different one always")
+	}
+}

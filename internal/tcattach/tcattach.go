@@ -24,11 +24,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/netns"
 )
 
 // MarkerDir holds one file per clsact qdisc rxlane added and has not yet
 // removed, named by network namespace inode and ifindex, holding the
-// device name.
+// device name and, on its second line, the namespace's cookie (the inode
+// alone may name a later namespace: netns.CookieHere).
 var MarkerDir = "/run/rxlane/clsact"
 
 // marker is the marker file of dev (ifindex) in the calling thread's
@@ -51,6 +53,18 @@ func netnsIno() (uint64, error) {
 	return st.Ino, nil
 }
 
+// readMarker reads a marker: the device name and the namespace cookie
+// (0 in an older rxlane's marker, which holds the name alone).
+func readMarker(path string) (name string, cookie uint64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", 0, err
+	}
+	name, c, _ := strings.Cut(string(b), "\n")
+	cookie, _ = strconv.ParseUint(strings.TrimSpace(c), 10, 64)
+	return name, cookie, nil
+}
+
 // markersOf lists the markers of the namespace whose inode is ino: each
 // one's path and the device index its name holds.
 func markersOf(ino uint64) map[string]int {
@@ -71,18 +85,24 @@ func markersOf(ino uint64) map[string]int {
 // device deleted under a filter (dockerd remaking its vxlan0, a pod's
 // veth going) takes its clsact with it and leaves no name to Detach, so
 // its marker would stay, and later vouch for a clsact that a new device
-// with the same index and name got from someone else.
+// with the same index and name got from someone else. Markers of an
+// earlier namespace with this inode (another cookie) go too.
 func pruneMarkers() {
 	ino, err := netnsIno()
 	if err != nil {
 		return
 	}
+	cookie, _ := netns.CookieHere()
 	for m, idx := range markersOf(ino) {
-		name, err := os.ReadFile(m)
+		name, was, err := readMarker(m)
 		if err != nil {
 			continue
 		}
-		if l, err := netlink.LinkByIndex(idx); err != nil || l.Attrs().Name != string(name) {
+		if netns.StaleCookie(was, cookie) {
+			os.Remove(m)
+			continue
+		}
+		if l, err := netlink.LinkByIndex(idx); err != nil || l.Attrs().Name != name {
 			var nf netlink.LinkNotFoundError
 			if err == nil || errors.As(err, &nf) {
 				os.Remove(m)
@@ -92,27 +112,34 @@ func pruneMarkers() {
 }
 
 // ForgetNetns removes the markers of the namespace whose inode was ino
-// for the named devices, once that namespace is gone (its devices, and
-// their clsact, went with it), as a lane's Disable finds it. Should the
+// and cookie was cookie (0: not known) for the named devices, once that
+// namespace is gone (its devices, and their clsact, went with it), as a
+// lane's Disable finds it. A marker with another cookie is a later
+// namespace's (given the inode) and stays. Without cookies, should the
 // inode already name a new namespace where rxlane added a clsact to a
 // device of the same name, that clsact then stays at Detach: the safe
 // side (never another's removed).
-func ForgetNetns(ino uint64, devs []string) {
+func ForgetNetns(ino, cookie uint64, devs []string) {
 	for m := range markersOf(ino) {
-		if name, err := os.ReadFile(m); err == nil && slices.Contains(devs, string(name)) {
+		if name, was, err := readMarker(m); err == nil && slices.Contains(devs, name) && !netns.StaleCookie(was, cookie) {
 			os.Remove(m)
 		}
 	}
 }
 
-// markedOurs says whether rxlane's marker says it added l's clsact.
+// markedOurs says whether rxlane's marker says it added l's clsact, in
+// this namespace (not in an earlier one with its inode).
 func markedOurs(l netlink.Link) bool {
 	m, err := marker(l)
 	if err != nil {
 		return false
 	}
-	b, err := os.ReadFile(m)
-	return err == nil && string(b) == l.Attrs().Name
+	name, was, err := readMarker(m)
+	if err != nil || name != l.Attrs().Name {
+		return false
+	}
+	cookie, err := netns.CookieHere()
+	return err == nil && !netns.StaleCookie(was, cookie)
 }
 
 // Filter names one program's tc ingress filter. Different programs use
@@ -194,7 +221,11 @@ func (f Filter) AttachRecorded(dev string, prog *ebpf.Program, record func(creat
 		if err := os.MkdirAll(MarkerDir, 0o755); err != nil {
 			return false, fmt.Errorf("create %s: %w", MarkerDir, err)
 		}
-		if err := journal.WriteFile(m, []byte(l.Attrs().Name), 0o644); err != nil {
+		cookie, err := netns.CookieHere()
+		if err != nil {
+			return false, err
+		}
+		if err := journal.WriteFile(m, fmt.Appendf(nil, "%s\n%d", l.Attrs().Name, cookie), 0o644); err != nil {
 			return false, fmt.Errorf("record clsact on %s: %w", dev, err)
 		}
 		err = netlink.QdiscAdd(clsact(l))

@@ -1,6 +1,7 @@
 package tcattach
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,6 +12,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	rnetns "github.com/rxlane/rxlane/internal/netns"
 )
 
 // inFreshNetns runs fn on a locked thread in a new, unnamed network
@@ -243,22 +246,106 @@ func TestStaleMarkerPruned(t *testing.T) {
 	}
 }
 
-// TestForgetNetns: a gone namespace's markers for the named devices go;
-// another namespace's, and its other devices', stay.
+// TestForgetNetns: a gone namespace's markers for the named devices go
+// (an older rxlane's, without a cookie, too); another namespace's, its
+// other devices', and a later namespace's with its inode (another
+// cookie) stay.
 func TestForgetNetns(t *testing.T) {
 	MarkerDir = t.TempDir()
-	for name, dev := range map[string]string{"7-11": "vxlan0", "7-12": "eth0", "8-11": "vxlan0"} {
-		if err := os.WriteFile(filepath.Join(MarkerDir, name), []byte(dev), 0o644); err != nil {
+	for name, content := range map[string]string{"7-11": "vxlan0\n70", "7-12": "eth0\n70", "7-13": "vxlan0\n71", "7-14": "vxlan0", "8-11": "vxlan0\n80"} {
+		if err := os.WriteFile(filepath.Join(MarkerDir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ForgetNetns(7, []string{"vxlan0"})
+	ForgetNetns(7, 70, []string{"vxlan0"})
 	var left []string
 	ents, _ := os.ReadDir(MarkerDir)
 	for _, e := range ents {
 		left = append(left, e.Name())
 	}
-	if !slices.Equal(left, []string{"7-12", "8-11"}) {
-		t.Errorf("markers left %v, want 7-12 (not named) and 8-11 (another namespace)", left)
+	if !slices.Equal(left, []string{"7-12", "7-13", "8-11"}) {
+		t.Errorf("markers left %v, want 7-12 (not named), 7-13 (a later namespace with inode 7) and 8-11 (another namespace)", left)
 	}
+}
+
+// TestEarlierNamespaceMarker: a marker left by an earlier namespace that
+// had this one's inode (same index, same device name, another cookie)
+// does not vouch for the clsact someone else added here: Detach keeps
+// it, and the next attach in this namespace prunes the marker. A marker
+// with this namespace's cookie, or an older rxlane's without one, does.
+func TestEarlierNamespaceMarker(t *testing.T) {
+	MarkerDir = t.TempDir()
+	prog := passProg(t)
+	f := Filter{Name: "a", Prio: 10, Handle: 1}
+	inFreshNetns(t, func() {
+		l, _ := netlink.LinkByName("d0")
+		if err := netlink.QdiscAdd(clsact(l)); err != nil {
+			t.Fatal(err)
+		}
+		cookie, err := rnetns.CookieHere()
+		if err != nil || cookie == 0 {
+			t.Skipf("skipping: no namespace cookie here (%v)", err)
+		}
+		m, err := marker(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			content string
+			ours    bool
+		}{{fmt.Sprintf("d0\n%d", cookie+1), false}, {fmt.Sprintf("d0\n%d", cookie), true}, {"d0", true}, {fmt.Sprintf("d1\n%d", cookie), false}} {
+			if err := os.WriteFile(m, []byte(c.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := markedOurs(l); got != c.ours {
+				t.Errorf("marker %q: ours %v, want %v", c.content, got, c.ours)
+			}
+		}
+		if err := os.WriteFile(m, fmt.Appendf(nil, "d0\n%d", cookie+1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		created, err := f.Attach("d0", prog)
+		if err != nil || created {
+			t.Fatalf("attach: created %v, %v (the clsact was there)", created, err)
+		}
+		if _, err := os.Stat(m); !os.IsNotExist(err) {
+			t.Errorf("the earlier namespace's marker survived an attach here (%v)", err)
+		}
+		if err := os.WriteFile(m, fmt.Appendf(nil, "d0\n%d", cookie+1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Detach("d0", false); err != nil {
+			t.Fatal(err)
+		}
+		if !hasClsact(t) {
+			t.Fatal("someone else's clsact was removed on an earlier namespace's marker")
+		}
+	})
+}
+
+// TestMarkerHoldsCookie: the marker rxlane writes names the namespace by
+// its cookie, and Detach removes the clsact it vouches for.
+func TestMarkerHoldsCookie(t *testing.T) {
+	MarkerDir = t.TempDir()
+	prog := passProg(t)
+	f := Filter{Name: "a", Prio: 10, Handle: 1}
+	inFreshNetns(t, func() {
+		if created, err := f.Attach("d0", prog); err != nil || !created {
+			t.Fatalf("attach: created %v, %v", created, err)
+		}
+		l, _ := netlink.LinkByName("d0")
+		m, _ := marker(l)
+		name, was, err := readMarker(m)
+		cookie, _ := rnetns.CookieHere()
+		if err != nil || name != "d0" || was != cookie {
+			t.Fatalf("marker: %q, cookie %d, %v; want d0 and this namespace's %d", name, was, err, cookie)
+		}
+		// another program's detach (not the creator) relies on the marker
+		if err := f.Detach("d0", false); err != nil {
+			t.Fatal(err)
+		}
+		if hasClsact(t) {
+			t.Error("the clsact rxlane added stayed although its marker vouched for it")
+		}
+	})
 }
