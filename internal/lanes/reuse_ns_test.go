@@ -66,17 +66,8 @@ func TestStoreRetiresEarlierNamespace(t *testing.T) {
 	if err := policy.Save(s.RulesFile(), set); err != nil {
 		t.Fatal(err)
 	}
-	j, err := journal.Create(s.RecordFile(), laneBegin{Netns: s.NS.Path, NetnsIno: s.NS.Ino, NetnsCookie: earlier, Mode: ModeSync})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Intent(intentAttach, Attachment{Device: testbed.WireB, CreatedClsact: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	j.Close()
+	writeRecord(t, s.RecordFile(), laneBegin{Netns: s.NS.Path, NetnsIno: s.NS.Ino, NetnsCookie: earlier, Mode: ModeSync},
+		Attachment{Device: testbed.WireB, CreatedClsact: true})
 	marker := filepath.Join(tcattach.MarkerDir, fmt.Sprintf("%d-%d", s.NS.Ino, wireIdx))
 	if err := os.WriteFile(marker, fmt.Appendf(nil, "%s\n%d", testbed.WireB, earlier), 0o644); err != nil {
 		t.Fatal(err)
@@ -153,17 +144,8 @@ func TestDisableDropsEarlierNamespaceRecord(t *testing.T) {
 		t.Skipf("skipping: no namespace cookie (%v)", err)
 	}
 	rec := filepath.Join(t.TempDir(), "lane.jsonl")
-	j, err := journal.Create(rec, laneBegin{Netns: ref.Path, NetnsIno: ref.Ino, NetnsCookie: cookie + 1000, Mode: ModeSync})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Intent(intentAttach, Attachment{Device: testbed.WireB, CreatedClsact: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	j.Close()
+	writeRecord(t, rec, laneBegin{Netns: ref.Path, NetnsIno: ref.Ino, NetnsCookie: cookie + 1000, Mode: ModeSync},
+		Attachment{Device: testbed.WireB, CreatedClsact: true})
 	r, err := DisableReport(Options{StateFile: rec})
 	if err != nil || !r.NetnsGone {
 		t.Fatalf("disable: %+v, %v; want the namespace gone", r, err)
@@ -172,13 +154,27 @@ func TestDisableDropsEarlierNamespaceRecord(t *testing.T) {
 		t.Errorf("record kept: %v", err)
 	}
 	// and with this namespace's own cookie the record is its lane's
-	j, err = journal.Create(rec, laneBegin{Netns: ref.Path, NetnsIno: ref.Ino, NetnsCookie: cookie, Mode: ModeSync})
+	writeRecord(t, rec, laneBegin{Netns: ref.Path, NetnsIno: ref.Ino, NetnsCookie: cookie, Mode: ModeSync})
+	if r, err := DisableReport(Options{StateFile: rec}); err != nil || r.NetnsGone || !r.Recorded {
+		t.Errorf("disable of this namespace's own record: %+v, %v; want recorded, not gone", r, err)
+	}
+}
+
+// writeRecord writes a committed lane record: begin, one attach intent
+// per attachment.
+func writeRecord(t *testing.T, path string, begin laneBegin, atts ...Attachment) {
+	t.Helper()
+	j, err := journal.Create(path, begin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.Commit()
-	j.Close()
-	if r, err := DisableReport(Options{StateFile: rec}); err != nil || r.NetnsGone || !r.Recorded {
-		t.Errorf("disable of this namespace's own record: %+v, %v; want recorded, not gone", r, err)
+	defer j.Close()
+	for _, a := range atts {
+		if err := j.Intent(intentAttach, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }
