@@ -18,6 +18,9 @@ type CPUSample struct {
 	NetRX        uint64 // NET_RX softirqs raised and run (/proc/softirqs)
 	BacklogDrops uint64 // /proc/net/softnet_stat column 2
 	Squeezed     uint64 // time_squeeze: net_rx_action ran out of budget/time
+	// ReschedIPIs, CallIPIs: the CPU's rescheduling and function-call
+	// interrupts (/proc/interrupts RES and CAL; 0 where it has none).
+	ReschedIPIs, CallIPIs uint64
 }
 
 // HostSample is a snapshot of the machine-wide counters a run reads before
@@ -94,7 +97,54 @@ func SampleHost() (HostSample, error) {
 			s.CPUs[id].Squeezed, _ = strconv.ParseUint(f[2], 16, 64)
 		}
 	}
+	readIPIs(s.CPUs)
 	return s, nil
+}
+
+// readIPIs fills cpus' ReschedIPIs and CallIPIs from /proc/interrupts,
+// whose header names the CPU of each column; without the file (or the
+// lines) they stay 0.
+func readIPIs(cpus []CPUSample) {
+	b, err := os.ReadFile("/proc/interrupts")
+	if err != nil {
+		return
+	}
+	parseIPIs(string(b), cpus)
+}
+
+func parseIPIs(text string, cpus []CPUSample) {
+	lines := strings.Split(text, "\n")
+	if len(lines) == 0 {
+		return
+	}
+	var cols []int // CPU id of each count column
+	for _, h := range strings.Fields(lines[0]) {
+		id, err := strconv.Atoi(strings.TrimPrefix(h, "CPU"))
+		if err != nil {
+			return
+		}
+		cols = append(cols, id)
+	}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) == 0 || (f[0] != "RES:" && f[0] != "CAL:") {
+			continue
+		}
+		for i, id := range cols {
+			if i+1 >= len(f) || id >= len(cpus) {
+				continue
+			}
+			v, err := strconv.ParseUint(f[i+1], 10, 64)
+			if err != nil {
+				break
+			}
+			if f[0] == "RES:" {
+				cpus[id].ReschedIPIs = v
+			} else {
+				cpus[id].CallIPIs = v
+			}
+		}
+	}
 }
 
 // CPUUsage is a CPU's activity between two samples.
@@ -110,6 +160,10 @@ type CPUUsage struct {
 	NetRXPerSec    float64 `json:"net_rx_per_sec"`
 	BacklogDrops   uint64  `json:"backlog_drops"`
 	BudgetSqueezed uint64  `json:"budget_squeezed"`
+	// IPIsPerSec: rescheduling and function-call interrupts the CPU
+	// took (a wake-up from another CPU that could not just set the
+	// polling idle CPU's flag; on a VM each is a costly exit).
+	IPIsPerSec float64 `json:"ipis_per_sec"`
 }
 
 // Usage returns per-CPU activity from a to b.
@@ -130,6 +184,7 @@ func Usage(a, b HostSample) []CPUUsage {
 			NetRXPerSec:    float64(y.NetRX-x.NetRX) / wall,
 			BacklogDrops:   y.BacklogDrops - x.BacklogDrops,
 			BudgetSqueezed: y.Squeezed - x.Squeezed,
+			IPIsPerSec:     float64(y.ReschedIPIs+y.CallIPIs-x.ReschedIPIs-x.CallIPIs) / wall,
 		})
 	}
 	return out

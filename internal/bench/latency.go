@@ -125,7 +125,15 @@ type RepResult struct {
 	// what the receiving host's stages cost per delivered packet (it also
 	// holds the high-priority flow's share, the same in every mode).
 	RxCPUUsPerBgPkt float64 `json:"rx_cpu_us_per_bg_pkt"`
-	rtt             []int64
+	// AppIPIsPerReq: the application CPU's IPIs (CPUUsage.IPIsPerSec)
+	// per high-priority request. On this project's VM it tells which
+	// way the race between the prober's send path and its request went
+	// in the repetition (docs/lab.md, "The prober's race, per
+	// repetition"): ~0.05 when the echo server's wake-up found the CPU
+	// polling or the prober still well inside its send path, ~0.4 when
+	// it came as the prober left the CPU and needed an IPI.
+	AppIPIsPerReq float64 `json:"app_ipis_per_req"`
+	rtt           []int64
 }
 
 // Drops are the counters that can drop on the receive path, as deltas over
@@ -158,6 +166,8 @@ type CaseResult struct {
 	// RxCPUUsPerBgPkt: receive-CPU microseconds per delivered background
 	// packet (RepResult.RxCPUUsPerBgPkt).
 	RxCPUUsPerBgPkt Spread `json:"rx_cpu_us_per_bg_pkt"`
+	// AppIPIsPerReq: RepResult.AppIPIsPerReq over the repetitions.
+	AppIPIsPerReq Spread `json:"app_ipis_per_req"`
 	// All is the latency of every repetition merged (for the CDF plot).
 	All Summary `json:"all"`
 	// RTT is every repetition's round-trip times merged and sorted, in
@@ -242,7 +252,7 @@ func Latency(ctx context.Context, o LatencyOptions) (rep *LatencyReport, err err
 
 // Aggregate fills a case's medians and ranges from its repetitions.
 func (c *CaseResult) Aggregate(tb testbed.Config) {
-	var avg, p50, p90, p99, p999, mx, loss, sent, skipped, bg, busy, perPkt []float64
+	var avg, p50, p90, p99, p999, mx, loss, sent, skipped, bg, busy, perPkt, ipis []float64
 	for _, r := range c.Reps {
 		avg = append(avg, r.Latency.Avg)
 		p50 = append(p50, r.Latency.P50)
@@ -262,11 +272,13 @@ func (c *CaseResult) Aggregate(tb testbed.Config) {
 		if tb.RxCPU < len(r.CPUs) {
 			busy = append(busy, r.CPUs[tb.RxCPU].BusyPct)
 		}
+		ipis = append(ipis, r.AppIPIsPerReq)
 		c.RTT = append(c.RTT, r.rtt...)
 	}
 	c.Avg, c.P50, c.P90, c.P99, c.P999, c.Max = SpreadOf(avg), SpreadOf(p50), SpreadOf(p90), SpreadOf(p99), SpreadOf(p999), SpreadOf(mx)
 	c.LossPct, c.BgDeliveredPPS, c.RxCPUBusyPct = SpreadOf(loss), SpreadOf(bg), SpreadOf(busy)
 	c.BgSentPPS, c.BgSkippedPPS, c.RxCPUUsPerBgPkt = SpreadOf(sent), SpreadOf(skipped), SpreadOf(perPkt)
+	c.AppIPIsPerReq = SpreadOf(ipis)
 	sort.Slice(c.RTT, func(i, j int) bool { return c.RTT[i] < c.RTT[j] })
 	c.All = Summarize(c.RTT)
 }
@@ -317,14 +329,23 @@ func RunCase(ctx context.Context, tb testbed.Config, o LatencyOptions, path, loa
 	if err != nil {
 		return res, err
 	}
-	return FinishCase(pr, before, after, sink, inj, tb.RxCPU)
+	return FinishCase(pr, before, after, sink, inj, tb.RxCPU, OneCPU(tb.AppCPUs()))
+}
+
+// OneCPU is the CPU of a pinning to exactly one, else -1.
+func OneCPU(cpus []int) int {
+	if len(cpus) == 1 {
+		return cpus[0]
+	}
+	return -1
 }
 
 // FinishCase stops a busy case's background agents (nil when idle) and
 // makes the repetition's result from the probe's and the samples taken
 // around it; rxCPU is the receive CPU, whose busy time per delivered
-// background packet is reported.
-func FinishCase(pr ProbeResult, before, after Sample, sink, inj *Agent, rxCPU int) (RepResult, error) {
+// background packet is reported, appCPU the echo server's, whose IPIs
+// per request are (-1: not known).
+func FinishCase(pr ProbeResult, before, after Sample, sink, inj *Agent, rxCPU, appCPU int) (RepResult, error) {
 	var res RepResult
 	if inj != nil {
 		var ir InjectResult
@@ -345,6 +366,9 @@ func FinishCase(pr ProbeResult, before, after Sample, sink, inj *Agent, rxCPU in
 	res.Drops = diffDrops(before, after, res.CPUs)
 	if res.BgDeliveredPPS > 0 && rxCPU < len(res.CPUs) {
 		res.RxCPUUsPerBgPkt = res.CPUs[rxCPU].BusyPct / 100 / res.BgDeliveredPPS * 1e6
+	}
+	if appCPU >= 0 && appCPU < len(res.CPUs) && pr.Sent > 0 && pr.Seconds > 0 {
+		res.AppIPIsPerReq = res.CPUs[appCPU].IPIsPerSec / (float64(pr.Sent) / pr.Seconds)
 	}
 	return res, nil
 }

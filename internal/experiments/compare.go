@@ -168,6 +168,15 @@ func (c *CompareCase) deviceDrops() string {
 }
 
 // deviceTotal is the sum of a case's device drops.
+// fmtIPIs shows IPIs per request as median (min-max), "-" when not
+// measured.
+func fmtIPIs(s bench.Spread) string {
+	if s.Max == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f (%.2f-%.2f)", s.Median, s.Min, s.Max)
+}
+
 func (c *CompareCase) deviceTotal() uint64 {
 	var n uint64
 	for _, v := range c.Drops.Devices {
@@ -793,18 +802,18 @@ func (r *CompareReport) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "; cpu_dma_latency held at 0: %v\n\n", r.QoSHeld)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tload\tbg sent kpps\tbg delivered kpps\tp50\tp99\tp99.9\tp50 range\tp99 range\tlost\tdrops dev/backlog/sock\trx CPU busy %\trx CPU us/bg pkt\tvia lane\t")
+	fmt.Fprintln(tw, "mode\tload\tbg sent kpps\tbg delivered kpps\tp50\tp99\tp99.9\tp50 range\tp99 range\tlost\tdrops dev/backlog/sock\trx CPU busy %\trx CPU us/bg pkt\tapp IPIs/req\tvia lane\t")
 	for _, c := range r.Cases {
 		sent, dlv := "-", "-"
 		if c.BgRatePPS > 0 {
 			sent, dlv = fmt.Sprintf("%.1f", c.BgSentPPS.Median/1e3), fmt.Sprintf("%.1f", c.BgDeliveredPPS.Median/1e3)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%.0f\t%s\t%d\t\n", c.Mode, c.CaseResult.Load, sent, dlv,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%.0f\t%s\t%s\t%d\t\n", c.Mode, c.CaseResult.Load, sent, dlv,
 			bench.FmtUs(c.P50.Median), bench.FmtUs(c.P99.Median), bench.FmtUs(c.P999.Median), bench.FmtRange(c.P50), bench.FmtRange(c.P99), c.Lost,
-			c.deviceTotal(), c.Drops.Backlog, c.Drops.Socket, c.RxCPUBusyPct.Median, bench.FmtUsPkt(c.RxCPUUsPerBgPkt.Median), c.LanePackets)
+			c.deviceTotal(), c.Drops.Backlog, c.Drops.Socket, c.RxCPUBusyPct.Median, bench.FmtUsPkt(c.RxCPUUsPerBgPkt.Median), fmtIPIs(c.AppIPIsPerReq), c.LanePackets)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(round-trip times in microseconds, medians over repetitions with their range; 'busy 150k' is the rate offered, 'bg sent' what the generator sent and 'bg delivered' what the sink in ctrB received; 'lost' sums requests without reply over repetitions; 'drops dev/backlog/sock' sums the kernel's drop counters over repetitions for every flow, the flood's included: devices' tx+rx dropped (a veth wire whose receive ring is full drops at its sender), the backlog (softnet_stat), the receiving namespace's UDP receive errors; 'rx CPU us/bg pkt' is the receive CPU's busy time per delivered background packet; 'via lane' counts packets the lane delivered)")
+	fmt.Fprintln(w, "(round-trip times in microseconds, medians over repetitions with their range; 'busy 150k' is the rate offered, 'bg sent' what the generator sent and 'bg delivered' what the sink in ctrB received; 'lost' sums requests without reply over repetitions; 'drops dev/backlog/sock' sums the kernel's drop counters over repetitions for every flow, the flood's included: devices' tx+rx dropped (a veth wire whose receive ring is full drops at its sender), the backlog (softnet_stat), the receiving namespace's UDP receive errors; 'rx CPU us/bg pkt' is the receive CPU's busy time per delivered background packet; 'app IPIs/req' the application CPU's rescheduling and function-call interrupts per request, median (range) over repetitions (on a VM, which way the prober's wake-up race went: docs/lab.md); 'via lane' counts packets the lane delivered)")
 	for _, c := range r.Cases {
 		if d := c.deviceDrops(); d != "" {
 			fmt.Fprintf(w, "device drops, %s %s: %s\n", c.Mode, c.CaseResult.Load, d)

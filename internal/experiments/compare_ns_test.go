@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"context"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -57,10 +58,24 @@ func TestCompareRun(t *testing.T) {
 	}
 	var table strings.Builder
 	rep.WriteTable(&table)
-	for _, want := range []string{"layout nic", "nice -20", "bg sent kpps", "rx CPU us/bg pkt", "GOAL"} {
+	for _, want := range []string{"layout nic", "nice -20", "bg sent kpps", "rx CPU us/bg pkt", "app IPIs/req", "GOAL"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
+	}
+	// The application CPU's IPIs were counted (/proc/interrupts read and
+	// matched to the CPU the echo server is pinned to) in some case.
+	ipis := false
+	for _, cs := range rep.Cases {
+		for _, r := range cs.Reps {
+			ipis = ipis || r.AppIPIsPerReq > 0
+			if r.AppIPIsPerReq < 0 || math.IsNaN(r.AppIPIsPerReq) {
+				t.Errorf("%s %s: app IPIs per request %v", cs.Mode, cs.CaseResult.Load, r.AppIPIsPerReq)
+			}
+		}
+	}
+	if !ipis {
+		t.Error("no repetition counted an IPI on the application CPU")
 	}
 	for _, cs := range rep.Cases {
 		if cs.All.Count < 300 {

@@ -241,7 +241,7 @@ func (e *nodeEnv) runCase(ctx context.Context, o bench.LatencyOptions, load stri
 	if err != nil {
 		return res, err
 	}
-	return bench.FinishCase(pr, before, after, sink, inj, e.cpus.RxCPU)
+	return bench.FinishCase(pr, before, after, sink, inj, e.cpus.RxCPU, bench.OneCPU(apps))
 }
 
 // sample reads the host's CPU counters, the pod's UDP counters and the

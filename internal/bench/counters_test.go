@@ -1,0 +1,41 @@
+package bench
+
+import "testing"
+
+// TestParseIPIs: RES and CAL counts land on the CPU their column's header
+// names (CPU2 offline here: the columns are CPU0, CPU1, CPU3), other
+// lines are ignored, and Usage turns them into a rate.
+func TestParseIPIs(t *testing.T) {
+	const text = `           CPU0       CPU1       CPU3
+  1:          9          0          0  IO-APIC   1-edge      i8042
+NMI:          0          0          0   Non-maskable interrupts
+RES:    2311654     901953       17   Rescheduling interrupts
+CAL:    4065943    5085131       23   Function call interrupts
+TLB:     983294     993929        5   TLB shootdowns
+`
+	cpus := make([]CPUSample, 4)
+	parseIPIs(text, cpus)
+	want := []CPUSample{{ReschedIPIs: 2311654, CallIPIs: 4065943}, {ReschedIPIs: 901953, CallIPIs: 5085131}, {}, {ReschedIPIs: 17, CallIPIs: 23}}
+	for i := range want {
+		if cpus[i] != want[i] {
+			t.Errorf("CPU %d: %+v, want %+v", i, cpus[i], want[i])
+		}
+	}
+	// a CPU beyond the slice (hot-added since /proc/stat was read) is skipped
+	short := make([]CPUSample, 2)
+	parseIPIs(text, short)
+	if short[1].CallIPIs != 5085131 {
+		t.Errorf("CPU 1 of 2: %+v", short[1])
+	}
+	// a header that is not CPU columns leaves everything 0
+	none := make([]CPUSample, 2)
+	parseIPIs("garbage header\nRES: 1 2\n", none)
+	if none[0] != (CPUSample{}) || none[1] != (CPUSample{}) {
+		t.Errorf("unparseable header: %+v", none)
+	}
+	a := HostSample{CPUs: []CPUSample{{}, {ReschedIPIs: 10, CallIPIs: 5}}}
+	b := HostSample{At: a.At.Add(2e9), CPUs: []CPUSample{{}, {ReschedIPIs: 110, CallIPIs: 105}}}
+	if u := Usage(a, b); u[1].IPIsPerSec != 100 {
+		t.Errorf("IPIs per second %v, want 100 (200 over 2 s)", u[1].IPIsPerSec)
+	}
+}
