@@ -166,7 +166,13 @@ type Stage struct {
 
 // State is the steering state file.
 type State struct {
-	Netns        string       `json:"netns"`
+	Netns string `json:"netns"`
+	// NetnsIno, NetnsCookie identify the namespace Netns held at enable
+	// (0: an older state): the state file is named by the inode, which
+	// the kernel gives to a later namespace once this one is gone, and
+	// Netns may by then name another namespace (see mainGone).
+	NetnsIno     uint64       `json:"netns_ino,omitempty"`
+	NetnsCookie  uint64       `json:"netns_cookie,omitempty"`
 	CPUs         []int        `json:"cpus"`
 	Threshold    float64      `json:"threshold"`
 	AvgThreshold float64      `json:"avg_threshold"`
@@ -427,7 +433,16 @@ func Enable(o Options) (st *State, err error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if old, err := loadState(o.StateFile); err != nil {
+	old, err := loadState(o.StateFile)
+	if err == nil && old != nil && old.mainGone() {
+		// a gone namespace's state whose inode this one got: its
+		// steering went with it
+		if err := Disable(o.StateFile); err != nil {
+			return nil, fmt.Errorf("steer: drop the state of a namespace that is gone (%s): %w", o.StateFile, err)
+		}
+		old = nil
+	}
+	if err != nil {
 		return nil, err
 	} else if old != nil && old.Interrupted {
 		return nil, fmt.Errorf("steer: an enable was interrupted (state %s): disable first", o.StateFile)
@@ -553,6 +568,10 @@ func Enable(o Options) (st *State, err error) {
 		}
 	}
 	// The journal's begin record: the plan, before any kernel change.
+	if ref, err := netns.Resolve(o.Netns); err == nil {
+		st.NetnsIno = ref.Ino
+		st.NetnsCookie, _ = ref.Cookie()
+	}
 	l, err := journal.Create(o.StateFile, st)
 	if errors.Is(err, journal.ErrExists) {
 		return st, fmt.Errorf("steer: already enabled (state %s): disable first", o.StateFile)
@@ -659,8 +678,36 @@ var DrainTimeouts atomic.Int64
 // disableStep, if set (tests), is told each step of disable as it starts.
 var disableStep = func(string) {}
 
+// mainGone reports whether the namespace the state was enabled in is
+// gone: its path names no namespace, or a later one (another inode, or
+// the recorded inode with another cookie). Unknown for an older state
+// (no inode recorded): not gone.
+func (st *State) mainGone() bool {
+	if st.NetnsIno == 0 {
+		return false
+	}
+	ref, err := netns.Resolve(st.Netns)
+	if err != nil {
+		return true
+	}
+	if ref.Ino != st.NetnsIno {
+		return true
+	}
+	if st.NetnsCookie == 0 {
+		return false
+	}
+	c, err := ref.Cookie()
+	return err == nil && netns.StaleCookie(st.NetnsCookie, c)
+}
+
 func disable(st *State) error {
 	var errs []error
+	// A namespace that is gone took its devices, their rps_cpus, filters
+	// and GRO with it; whatever now sits at its path is someone else's
+	// and is not touched. Changes in other namespaces (a sender's
+	// checksum offload, container devices) are undone as always.
+	gone := st.mainGone()
+	inMain := func(ns string) bool { return gone && ns == st.Netns }
 	// Off first and wait until every active flow's stages are back on the
 	// CPUs they run on without steering (through the guard); only then
 	// RPS goes, so disabling under load does not reorder. Then, as park
@@ -680,24 +727,37 @@ func disable(st *State) error {
 		}
 	}
 	disableStep("rps")
-	errs = append(errs, restoreRPS(st.RPS))
+	errs = append(errs, restoreRPS(slices.DeleteFunc(slices.Clone(st.RPS), func(c RPSChange) bool { return inMain(c.Netns) })))
 	if m != nil {
 		disableStep("native")
 		errs = append(errs, enterNative(m, DrainTimeout))
 	}
 	disableStep("detach")
-	if fs := st.FirstStage; fs != nil && fs.XDPProgID != 0 {
+	if fs := st.FirstStage; fs != nil && fs.XDPProgID != 0 && !gone {
 		errs = append(errs, detachXDP(st.Netns, fs.Device, fs.XDPProgID))
 	}
+	var forget []string // clsact markers of the gone namespace's devices
 	for i := len(st.Attachments) - 1; i >= 0; i-- {
 		a := st.Attachments[i]
+		if inMain(attachmentNetns(st, a)) {
+			if a.CreatedClsact {
+				forget = append(forget, a.Device)
+			}
+			continue
+		}
 		err := inNetnsSysfs(attachmentNetns(st, a), func() error { return detach(a) })
 		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, err)
 		}
 	}
+	if gone {
+		tcattach.ForgetNetns(st.NetnsIno, st.NetnsCookie, forget)
+	}
 	if fs := st.FirstStage; fs != nil {
-		errs = append(errs, restorePeerTx(fs.PeerTx), restoreWireGRO(fs.WireGRO))
+		errs = append(errs, restorePeerTx(fs.PeerTx))
+		if fs.WireGRO != nil && !inMain(fs.WireGRO.Netns) {
+			errs = append(errs, restoreWireGRO(fs.WireGRO))
+		}
 	}
 	// A parked datapath's pins: the last references to its programs.
 	errs = append(errs, unpin(st.PinDir))
