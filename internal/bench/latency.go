@@ -128,10 +128,11 @@ type RepResult struct {
 	// AppIPIsPerReq: the application CPU's IPIs (CPUUsage.IPIsPerSec)
 	// per high-priority request. On this project's VM it tells which
 	// way the race between the prober's send path and its request went
-	// in the repetition (docs/lab.md, "The prober's race, per
-	// repetition"): ~0.05 when the echo server's wake-up found the CPU
-	// polling or the prober still well inside its send path, ~0.4 when
-	// it came as the prober left the CPU and needed an IPI.
+	// in the repetition at idle (docs/lab.md, "The prober's race, per
+	// repetition"): 0.04-0.16 when the echo server's wake-up found the
+	// CPU polling or the prober still well inside its send path,
+	// 0.4-0.6 when it came as the prober left the CPU and needed an IPI.
+	// Under load the sink's and the generator's wake-ups add to it.
 	AppIPIsPerReq float64 `json:"app_ipis_per_req"`
 	rtt           []int64
 }
