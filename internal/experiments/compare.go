@@ -580,6 +580,7 @@ func Compare(ctx context.Context, co CompareOptions) (rep *CompareReport, err er
 	rep.Goals = compareGoals(rep.Cases)
 	rep.Warnings = append(rep.Warnings, queueWarnings(rep)...)
 	rep.Warnings = append(rep.Warnings, slowerWarnings(rep)...)
+	rep.Warnings = append(rep.Warnings, raceWarnings(rep)...)
 	return rep, nil
 }
 
@@ -773,6 +774,74 @@ func slowerWarnings(rep *CompareReport) []string {
 			c.Mode, c.BgRatePPS/1e3, c.P99.Median, bench.FmtRange(c.P99), v.P99.Median, bench.FmtRange(v.P99), c.RxCPUBusyPct.Median, v.RxCPUBusyPct.Median))
 	}
 	return out
+}
+
+// raceWarnings says when the idle repetitions fall into two states of
+// the machine rather than one: their application-CPU IPIs per request
+// (bench.RepResult.AppIPIsPerReq) split into two groups at least 2x apart
+// and the group with more IPIs has a median p50 at least 15% higher. On
+// this project's VM that is the race between the prober's send path and
+// its request (docs/lab.md, "The prober's race, per repetition"): which
+// way it goes holds for tens of seconds, so idle p50s of different modes
+// compare only within one state.
+func raceWarnings(rep *CompareReport) []string {
+	type rep1 struct {
+		mode     string
+		ipis, us float64
+	}
+	var reps []rep1
+	var order []string // modes as the cases list them
+	for _, c := range rep.Cases {
+		if c.BgRatePPS != 0 {
+			continue
+		}
+		order = append(order, c.Mode)
+		for _, r := range c.Reps {
+			if r.AppIPIsPerReq > 0 && r.Latency.P50 > 0 {
+				reps = append(reps, rep1{c.Mode, r.AppIPIsPerReq, r.Latency.P50})
+			}
+		}
+	}
+	if len(reps) < 2 {
+		return nil
+	}
+	slices.SortFunc(reps, func(a, b rep1) int { return cmp.Compare(a.ipis, b.ipis) })
+	med := func(g []rep1) float64 {
+		v := make([]float64, len(g))
+		for i, r := range g {
+			v[i] = r.us
+		}
+		return bench.SpreadOf(v).Median
+	}
+	// of the cuts at a 2x gap in IPIs, the one that splits the p50 most
+	cut, slower := 0, 0.0 // reps[cut:] is the group with more IPIs
+	for i := 1; i < len(reps); i++ {
+		if reps[i].ipis < 2*reps[i-1].ipis {
+			continue
+		}
+		if r := med(reps[i:]) / med(reps[:i]); r > slower {
+			cut, slower = i, r
+		}
+	}
+	if slower < 1.15 {
+		return nil
+	}
+	low, high := reps[:cut], reps[cut:]
+	count := func(g []rep1) string {
+		n := map[string]int{}
+		for _, r := range g {
+			n[r.mode]++
+		}
+		var parts []string
+		for _, m := range order {
+			if n[m] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", m, n[m]))
+			}
+		}
+		return strings.Join(parts, ", ")
+	}
+	return []string{fmt.Sprintf("the idle repetitions ran in two states of this machine: %d with %.2f-%.2f application-CPU IPIs per request and a median p50 of %.0f us (%s), %d with %.2f-%.2f and %.0f us (%s); on a VM that is the prober's wake-up race (docs/lab.md), so compare idle p50s within one state",
+		len(low), low[0].ipis, low[len(low)-1].ipis, med(low), count(low), len(high), high[0].ipis, high[len(high)-1].ipis, med(high), count(high))}
 }
 
 func queueWarnings(rep *CompareReport) []string {

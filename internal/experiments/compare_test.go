@@ -141,6 +141,45 @@ func TestSlowerWarnings(t *testing.T) {
 	}
 }
 
+// TestRaceWarnings: idle repetitions split by the application CPU's IPIs
+// per request (a 2x gap) with a slower group are named, per mode; one
+// state, or a split that does not change the p50, or busy cases, are not.
+func TestRaceWarnings(t *testing.T) {
+	idle := func(mode string, reps ...[2]float64) CompareCase {
+		c := synthCase(mode, 0, 30, 50, 80, 0, 0, 0)
+		for _, r := range reps {
+			c.Reps = append(c.Reps, bench.RepResult{AppIPIsPerReq: r[0], Latency: bench.Summary{P50: r[1]}})
+		}
+		return c
+	}
+	busy := synthCase(ModeVanilla, 150e3, 45, 150, 800, 150e3, 4, 0)
+	busy.Reps = []bench.RepResult{{AppIPIsPerReq: 1.7, Latency: bench.Summary{P50: 41}}, {AppIPIsPerReq: 0.1, Latency: bench.Summary{P50: 20}}}
+	// allraw2's shape: vanilla mostly slow, the lanes fast
+	split := &CompareReport{Cases: []CompareCase{
+		idle(ModeVanilla, [2]float64{0.12, 36}, [2]float64{0.5, 45}, [2]float64{0.48, 45}, [2]float64{0.55, 43}),
+		idle(ModeLanes, [2]float64{0.1, 30}, [2]float64{0.09, 32}, [2]float64{0.14, 31}),
+		busy,
+	}}
+	// an outlier with next to no IPIs (a larger gap, the same p50) does
+	// not hide the split
+	split.Cases = append(split.Cases, idle(ModeLanesQueue, [2]float64{0.01, 31}))
+	w := raceWarnings(split)
+	if len(w) != 1 || !strings.Contains(w[0], "5 with 0.01-0.14") || !strings.Contains(w[0], "3 with 0.48-0.55") ||
+		!strings.Contains(w[0], "(vanilla 1, lanes-sync 3, lanes-queue 1)") || !strings.Contains(w[0], "(vanilla 3)") {
+		t.Fatalf("warnings %q", w)
+	}
+	for name, r := range map[string]*CompareReport{
+		"one state":         {Cases: []CompareCase{idle(ModeVanilla, [2]float64{0.12, 28}, [2]float64{0.15, 29}), idle(ModeLanes, [2]float64{0.09, 28})}},
+		"same p50 both":     {Cases: []CompareCase{idle(ModeVanilla, [2]float64{0.1, 28}, [2]float64{0.5, 29})}},
+		"busy only":         {Cases: []CompareCase{busy}},
+		"no IPIs (unknown)": {Cases: []CompareCase{idle(ModeVanilla, [2]float64{0, 28}, [2]float64{0, 45})}},
+	} {
+		if w := raceWarnings(r); len(w) != 0 {
+			t.Errorf("%s: warnings %q", name, w)
+		}
+	}
+}
+
 // TestLoopGoals evaluates issue 19's goals on made-up medians: the
 // delivered ratio at every point, and CPU per packet only where the loop
 // backed off in most repetitions.
