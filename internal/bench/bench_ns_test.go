@@ -127,12 +127,12 @@ func checkKeys(t *testing.T, rep *LatencyReport) {
 		t.Errorf("report keys %q, want %q", got, want)
 	}
 	c := m["cases"].([]any)[0].(map[string]any)
-	wantCase := "all avg_us bg_delivered_pps bg_sent_pps bg_skipped_pps load loss_pct max_us p50_us p90_us p99_9_us p99_us path reps rx_cpu_busy_pct rx_cpu_us_per_bg_pkt"
+	wantCase := "all app_ipis_per_req avg_us bg_delivered_pps bg_sent_pps bg_skipped_pps load loss_pct max_us p50_us p90_us p99_9_us p99_us path reps rx_cpu_busy_pct rx_cpu_us_per_bg_pkt"
 	if got := keys(c); got != wantCase {
 		t.Errorf("case keys %q, want %q", got, wantCase)
 	}
 	r := c["reps"].([]any)[0].(map[string]any)
-	wantRep := "bg_delivered_pps bg_sent_pps bg_skipped_pps bg_skipped_slots cpus drops latency lost rx_cpu_us_per_bg_pkt sent"
+	wantRep := "app_ipis_per_req bg_delivered_pps bg_sent_pps bg_skipped_pps bg_skipped_slots cpus drops latency lost rx_cpu_us_per_bg_pkt sent"
 	if got := keys(r); got != wantRep {
 		t.Errorf("rep keys %q, want %q", got, wantRep)
 	}
