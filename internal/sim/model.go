@@ -148,6 +148,9 @@ type thread struct {
 	// system call: a wake-up meanwhile is taken at its end, no IPI)
 	sends   []*flow
 	sending bool
+	// sendIPI: a woken thread of another app preempts the send path
+	// with its IPI (Sender.Preemptible)
+	sendIPI bool
 }
 
 // sender is a paced flow sent by a thread (Pacer.App): slot n is due at
@@ -648,6 +651,7 @@ func (m *Model) buildFlows(nRSS int) {
 			}
 			if sd := sp.Arrival.Sender; sd != nil {
 				f.sendTh = m.apps[sd.App].threads[0]
+				f.sendTh.sendIPI = sd.Preemptible
 				for _, v := range sd.AfterUs {
 					f.after = append(f.after, ns(v*1000))
 				}
@@ -1652,7 +1656,7 @@ func (c *cpu) idleEntryWake(t *thread) int64 {
 // a must preempt it (AppSpec.PreemptIPINs).
 func (c *cpu) runsOtherApp(a *app) bool {
 	s := &c.slots[lvlThread]
-	return s.active && s.kind == kApp && !c.idleEntry && c.curThread != nil && c.curThread.app != a && !c.curThread.sending
+	return s.active && s.kind == kApp && !c.idleEntry && c.curThread != nil && c.curThread.app != a && (!c.curThread.sending || c.curThread.sendIPI)
 }
 
 // preemptReady says whether a thread woken with a reschedule IPI

@@ -304,6 +304,12 @@ type Arrival struct {
 type Sender struct {
 	App     string    `yaml:"app" json:"app"`
 	AfterUs []float64 `yaml:"after_us" json:"after_us"`
+	// Preemptible: a thread of another app woken during the send path
+	// preempts the sender with a reschedule IPI (its PreemptIPINs), as
+	// it would any running thread, instead of being taken at the send
+	// path's end (traced under load on this VM: the echo server's
+	// wake-up that finds the prober sending sends the IPI).
+	Preemptible bool `yaml:"preemptible" json:"preemptible,omitempty"`
 }
 
 // Pacer is a sender like the bench's injector (internal/bench/pace.go):

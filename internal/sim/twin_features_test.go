@@ -400,18 +400,24 @@ func TestSendPathRace(t *testing.T) {
 		after     float64
 		ie        *IdleEntry
 		lat, busy float64 // us: each request's latency, CPU 0's busy time
+		preempt   bool    // Sender.Preemptible
 	}{
 		// srv's wake-up (101) waits for the send path's end (120), no
 		// IPI (its preempt_ipi_ns is for a running application)
-		{"behind the send path", 20, nil, 21, 2 * (20 + 1)},
-		{"done before", 0.5, nil, 2, 2 * (0.5 + 1)},
-		{"outside the window", 20, win, 21, 2 * (20 + 1)},
+		{"behind the send path", 20, nil, 21, 2 * (20 + 1), false},
+		// a preemptible send path: srv's wake-up sends its IPI (5 us of
+		// CPU before it reads), which the send path's chunk lets through
+		// at its end
+		{"preempts the send path", 20, nil, 26, 2 * (20 + 5 + 1), true},
+		{"preemptible, done before", 0.5, nil, 2, 2 * (0.5 + 1), true},
+		{"done before", 0.5, nil, 2, 2 * (0.5 + 1), false},
+		{"outside the window", 20, win, 21, 2 * (20 + 1), false},
 		// the prober blocks 0.5 us after the wake-up (within 2)
-		{"blocks just after", 1.5, win, 14, 2 * (1.5 + 12 - 0.5 + 1)},
+		{"blocks just after", 1.5, win, 14, 2 * (1.5 + 12 - 0.5 + 1), false},
 		// the CPU went idle 0.5 us before it (within 1.5)
-		{"idle just before", 0.5, win, 14, 2 * (0.5 + 12 + 1)},
+		{"idle just before", 0.5, win, 14, 2 * (0.5 + 12 + 1), false},
 		// idle 1 us, past a 0.8 us window: polling, srv runs at once
-		{"idle, polling", 0, &IdleEntry{BeforeUs: 2, AfterUs: 0.8, SlowNs: 12000}, 2, 2 * (0 + 1)},
+		{"idle, polling", 0, &IdleEntry{BeforeUs: 2, AfterUs: 0.8, SlowNs: 12000}, 2, 2 * (0 + 1), false},
 	} {
 		cpu0 := 0
 		sc := wireBase()
@@ -419,7 +425,7 @@ func TestSendPathRace(t *testing.T) {
 		sc.Apps = []AppSpec{{Name: "prober", CPU: &cpu0, Cost: Cost{Ns: 1}, Nice: -20},
 			{Name: "srv", CPU: &cpu0, Cost: Cost{Ns: 1000}, Nice: -20, PreemptIPINs: 5000}}
 		sc.Flows = []FlowSpec{{Name: "req", Path: []string{"wire"}, App: "srv",
-			Arrival: Arrival{Type: "const", RatePps: 2000, StartUs: 100, Sender: &Sender{App: "prober", AfterUs: []float64{c.after}}}}}
+			Arrival: Arrival{Type: "const", RatePps: 2000, StartUs: 100, Sender: &Sender{App: "prober", AfterUs: []float64{c.after}, Preemptible: c.preempt}}}}
 		r := mustRun(t, sc)
 		if f := r.Flows[0]; f.Delivered != 2 || math.Abs(f.Latency.Mean-c.lat) > 0.05 || math.Abs(f.Latency.Max-c.lat) > 0.05 {
 			t.Errorf("%s: %d requests, latency mean %.2f max %.2f us, want 2 of %.1f", c.name, f.Delivered, f.Latency.Mean, f.Latency.Max, c.lat)

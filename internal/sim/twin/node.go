@@ -80,6 +80,12 @@ type Node struct {
 	// application CPU (a reschedule IPI; UseWakeRace, from the
 	// calibration load's requests); 0: not modelled.
 	WakePreemptNs float64 `json:"wake_preempt_ns,omitempty"`
+	// ProbeSendUs: under background load, the prober is a nice -20
+	// thread on the application CPU that keeps it this long after each
+	// request leaves (its send path), and the echo server's wake-up
+	// preempts it with the IPI (UseWakeRace: the calibration load's
+	// probe_after_us); 0: the request appears on the wire, no thread.
+	ProbeSendUs float64 `json:"probe_send_us,omitempty"`
 	// Stalls: the receive CPU's stalls (UseStalls); nil: none.
 	Stalls *sim.Stalls `json:"stalls,omitempty"`
 	// PacerLateUs: the generator's wake-up lateness (equally likely
@@ -364,6 +370,11 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		}
 		if n.BaseRTTUs > 0 && !c.NIC {
 			hi.Offpath = &sim.Offpath{P50Us: n.BaseRTTUs, P99Us: math.Max(n.BaseRTTUs, n.BaseRTTP99Us)}
+		}
+		if n.ProbeSendUs > 0 && n.GenShare > 0 && c.RatePPS > 0 && !c.NIC {
+			prober := app
+			sc.Apps = append(sc.Apps, sim.AppSpec{Name: "prober", CPU: &prober, Cost: sim.Cost{Ns: 1}, Nice: -20})
+			hi.Arrival.Sender = &sim.Sender{App: "prober", AfterUs: []float64{n.ProbeSendUs}, Preemptible: true}
 		}
 		switch c.Mode {
 		case ModeLanesSync:

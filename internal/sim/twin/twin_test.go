@@ -250,38 +250,35 @@ var rawLoadedMisses = []string{
 
 // allRawMisses and allRaw2Misses are the misses of the two runs with
 // every agent in raw system calls (the generator and the sink too;
-// docs/sim.md, "Every agent in raw calls"). The queue lane at 300k saturated the receive CPU
-// (measured p50 218 and 937 us, the model's 107 and 149); the second
-// run's vanilla idle p50 (43 us, the calibration) stood 12 us above the
-// lanes' (31), which makes every lane's idle p50 a miss there, and its
-// queue lane delivered 272 kpps of 300 where the model keeps up. The
-// other rankings listed are pairs whose measured ranges overlap, where
-// the model's difference is larger than the overlap.
+// docs/sim.md, "Every agent in raw calls"), with the prober's send path
+// under load (Node.ProbeSendUs). The queue lane at 300k saturated the
+// receive CPU on the first (measured p50 218 us, the model's 95); the
+// second run's vanilla idle p50 (43 us, the calibration) stood 12 us
+// above the lanes' (31): the race's slow state, which makes every lane's
+// idle p50 a miss there and puts its loaded p50s 23-38% above the
+// measured ones. The rankings listed are pairs whose measured ranges
+// overlap, where the model's difference is larger than the overlap.
 var allRawMisses = []string{
-	"latency lanes-sync 100k p50_us",
-	"latency lanes-queue 100k p50_us",
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
 	"rank latency 100k p50_us lanes-sync vs lanes-queue",
-	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 }
 
 // ipisMisses: the run of the session after (10:05 UTC, a fresh VM; the
 // compare's repetitions count the application CPU's IPIs per request,
 // and every idle repetition was in the race's fast state, 0.04-0.15).
+// Vanilla's 300k p50 is 72 us in the model, 45 measured.
 var ipisMisses = []string{
-	"latency lanes-sync 100k p50_us",
-	"latency lanes-queue 100k p50_us",
 	"latency vanilla 150k p99_us",
-	"latency lanes-sync 150k p50_us",
 	"latency vanilla 300k p50_us",
-	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
 	"rank latency 150k p99_us vanilla vs lanes-sync",
+	"rank latency 150k p99_us vanilla vs lanes-queue",
 	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 100k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k p50_us lanes-sync vs lanes-queue",
@@ -290,21 +287,20 @@ var ipisMisses = []string{
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency lanes-queue idle p50_us",
+	"latency lanes-sync 100k p50_us",
+	"latency lanes-queue 100k p50_us",
 	"latency vanilla 150k p50_us",
+	"latency lanes-sync 150k p50_us",
 	"latency lanes-queue 150k p50_us",
-	"latency vanilla 300k p99_us",
-	"latency lanes-sync 300k p50_us",
-	"latency lanes-sync 300k p99_us",
-	"latency lanes-queue 300k p50_us",
-	"latency lanes-queue 300k p99_us",
-	"rank latency 300k delivered_pps vanilla vs lanes-queue",
+	"latency vanilla 300k p50_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
 	"rank latency 150k p99_us vanilla vs lanes-sync",
-	"rank latency 150k p50_us vanilla vs lanes-queue",
-	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 150k p99_us vanilla vs lanes-queue",
 	"rank latency 300k p99_us vanilla vs lanes-queue",
+	"rank latency 100k p99_us lanes-sync vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 300k p99_us lanes-sync vs lanes-queue",
+	"rank latency 300k delivered_pps lanes-sync vs lanes-queue",
 }
 
 // TestRawAgentsRuns validates the twin on the live runs with the agents
@@ -333,12 +329,12 @@ func TestRawAgentsRuns(t *testing.T) {
 		// the generator and the sink in raw calls too (07:03 and 07:11
 		// UTC, a slower VM than the runs above: the receive CPU 90-97%
 		// busy at 300k); the misses are their own, above
-		{"allraw-1127", 1000, 10000, 15000, 24, 20, allRawMisses},
-		{"allraw2-1127", 1000, 14000, 14000, 19, 15, allRaw2Misses},
+		{"allraw-1127", 1000, 10000, 15000, 26, 21, allRawMisses},
+		{"allraw2-1127", 1000, 14000, 14000, 20, 15, allRaw2Misses},
 		// a later run on a fresh VM whose compare counts the
 		// application CPU's IPIs per request (10:05 UTC): every idle
 		// repetition in the race's fast state (28 us)
-		{"ipis-1127", 1000, 10000, 11000, 20, 17, ipisMisses},
+		{"ipis-1127", 1000, 10000, 11000, 24, 15, ipisMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)

@@ -31,6 +31,9 @@ type WakeRaceLoad struct {
 	IPIRequests     int                `json:"ipi_requests"`
 	IPISegmentsUs   map[string]float64 `json:"ipi_segments_us"`
 	NoIPISegmentsUs map[string]float64 `json:"no_ipi_segments_us"`
+	// ProbeAfterUs: how long the prober runs on after its request left
+	// ctA, median (files since 2026-11-27, 08:10 UTC; 0: not in the file).
+	ProbeAfterUs float64 `json:"probe_after_us"`
 }
 
 // minSplit: requests each side of the IPI split needs for its medians.
@@ -69,6 +72,10 @@ func (n *Node) UseWakeRace(path string) error {
 	n.Notes = append(n.Notes, fmt.Sprintf("receive CPU wake-up on the request's path: %.0f ns (its time on the receive CPU idle %.1f us, loaded at least %.1f us; %s)", v, idle, loaded, f.Note))
 	n.useWakePreempt(&f)
 	n.useAppWakePath(&f)
+	if l := f.load(rateName(n.CalibRatePPS)); l != nil && l.ProbeAfterUs > 0 && n.WakePreemptNs > 0 {
+		n.ProbeSendUs = l.ProbeAfterUs
+		n.Notes = append(n.Notes, fmt.Sprintf("the prober's send path under load: %.0f us on the application CPU after each request leaves (%s), preempted by the echo server's wake-up with its IPI", l.ProbeAfterUs, l.Load))
+	}
 	return nil
 }
 
