@@ -60,8 +60,11 @@ for is on its path, the rest is CPU time paid before the CPU idles again;
 when the file splits the requests by whether the echo server's wake-up
 sent a reschedule IPI, the application CPU's wake-up is split the same
 way and the echo server's wake-up preempts a running generator or sink
-at the measured cost. Nothing is fitted to any other case
-(docs/sim.md, "The twin").
+at the measured cost; when it has the prober's send path at the
+calibration load (probe_after_us), the prober keeps the application CPU
+that long after each request in the loaded cases, and the echo server's
+wake-up that finds it there preempts it too. Nothing is fitted to any
+other case (docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
 run'); with --predict, what the bench would measure in it: p50 and p99
