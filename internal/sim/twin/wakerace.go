@@ -72,11 +72,20 @@ func (n *Node) UseWakeRace(path string) error {
 	n.Notes = append(n.Notes, fmt.Sprintf("receive CPU wake-up on the request's path: %.0f ns (its time on the receive CPU idle %.1f us, loaded at least %.1f us; %s)", v, idle, loaded, f.Note))
 	n.useWakePreempt(&f)
 	n.useAppWakePath(&f)
-	if l := f.load(rateName(n.CalibRatePPS)); l != nil && l.ProbeAfterUs > 0 && n.WakePreemptNs > 0 {
-		n.ProbeSendUs = l.ProbeAfterUs
-		n.Notes = append(n.Notes, fmt.Sprintf("the prober's send path under load: %.0f us on the application CPU after each request leaves (%s), preempted by the echo server's wake-up with its IPI", l.ProbeAfterUs, l.Load))
-	}
+	n.useProbeSend(&f)
 	return nil
+}
+
+// useProbeSend sets ProbeSendUs from the calibration load's prober send
+// path, when the echo server's preempting wake-up is modelled (the IPI
+// it pays when it finds the prober there).
+func (n *Node) useProbeSend(f *WakeRaceFile) {
+	l := f.load(rateName(n.CalibRatePPS))
+	if l == nil || l.ProbeAfterUs <= 0 || n.WakePreemptNs <= 0 {
+		return
+	}
+	n.ProbeSendUs = l.ProbeAfterUs
+	n.Notes = append(n.Notes, fmt.Sprintf("the prober's send path under load: %.0f us on the application CPU after each request leaves (%s), preempted by the echo server's wake-up with its IPI", l.ProbeAfterUs, l.Load))
 }
 
 // load is the file's entry for the named load (idle or NNNk), or nil.
