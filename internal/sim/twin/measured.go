@@ -29,6 +29,9 @@ type MeasuredCase struct {
 	RxBusyPct    *Spread `json:"rx_busy_pct,omitempty"`
 	RxUsPerPkt   *Spread `json:"rx_us_per_pkt,omitempty"`
 	AppBusyPct   *Spread `json:"app_busy_pct,omitempty"`
+	// AppIPIsPerReq: the application CPU's IPIs per request (the bench's
+	// app_ipis_per_req; idle, it tells the prober's wake-up race's state).
+	AppIPIsPerReq *Spread `json:"app_ipis_per_req,omitempty"`
 	// SkippedPPS: background the generator skipped (the bench's
 	// bg_skipped_pps; not a goal, shown beside the twin's skipped_pps).
 	SkippedPPS *Spread `json:"skipped_pps,omitempty"`
@@ -76,6 +79,7 @@ type benchReport struct {
 		RxCPUUsPerBg   *Spread `json:"rx_cpu_us_per_bg_pkt"`
 		BgSentPPS      *Spread `json:"bg_sent_pps"`
 		BgSkippedPPS   *Spread `json:"bg_skipped_pps"`
+		AppIPIsPerReq  *Spread `json:"app_ipis_per_req"`
 		Reps           []struct {
 			BgSentPPS float64 `json:"bg_sent_pps"`
 			CPUs      []struct {
@@ -143,6 +147,9 @@ func LoadMeasured(path string) (*Measured, error) {
 			rate = roundRate(c.BgSentPPS.Median)
 		}
 		mc := MeasuredCase{Bench: BenchLatency, Mode: mode, RatePPS: rate, P50Us: c.P50, P99Us: c.P99, RxBusyPct: c.RxCPUBusyPct}
+		if c.AppIPIsPerReq != nil && c.AppIPIsPerReq.Max > 0 {
+			mc.AppIPIsPerReq = c.AppIPIsPerReq
+		}
 		if rate > 0 {
 			mc.DeliveredPPS, mc.RxUsPerPkt, mc.SkippedPPS = c.BgDeliveredPPS, c.RxCPUUsPerBg, c.BgSkippedPPS
 		}
@@ -367,11 +374,22 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		if err != nil {
 			return nil, err
 		}
-		n.BaseRTTUs = round1(idle.P50Us.Median - p50)
-		n.BaseRTTP99Us = round1(math.Max(n.BaseRTTUs, idle.P99Us.Median-p99))
+		// the idle vanilla case in the race's slow state (its IPIs per
+		// request): its round trip holds the slow wake-up, which the
+		// other cases do not wait for (see IdleSlowUs)
+		var slow float64
+		if ipis := idle.AppIPIsPerReq; ipis != nil && ipis.Median >= raceSlowIPIs && n.raceSlowUs > 0 {
+			slow = n.raceSlowUs
+		}
+		n.BaseRTTUs = round1(idle.P50Us.Median - p50 - slow)
+		n.BaseRTTP99Us = round1(math.Max(n.BaseRTTUs, idle.P99Us.Median-p99-slow))
 		n.OffpathFromIdle = true
 		baseNote = fmt.Sprintf("round trip outside the receive path: lognormal, p50 %.1f us, p99 %.1f us: the idle vanilla case's measured p50 %.1f and p99 %.1f us minus the model's receive latency %.1f and %.1f us (%s)",
 			n.BaseRTTUs, n.BaseRTTP99Us, idle.P50Us.Median, idle.P99Us.Median, p50, p99, src.Source)
+		if slow > 0 {
+			n.IdleSlowUs = slow
+			baseNote += fmt.Sprintf(", minus %.1f us: that case ran in the prober's race's slow state (%.2f application-CPU IPIs per request, %.2f or more is the slow state), whose echo server waits that much longer for its wake-up (wake-race); only idle vanilla waits it in the model", slow, idle.AppIPIsPerReq.Median, raceSlowIPIs)
+		}
 	} else {
 		p50, _, _, err := n.rawLatency(rate, n.Scale)
 		if err != nil {

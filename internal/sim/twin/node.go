@@ -86,6 +86,17 @@ type Node struct {
 	// preempts it with the IPI (UseWakeRace: the calibration load's
 	// probe_after_us); 0: the request appears on the wire, no thread.
 	ProbeSendUs float64 `json:"probe_send_us,omitempty"`
+	// IdleSlowUs: the idle vanilla calibration case ran in the prober's
+	// race's slow state (its application-CPU IPIs per request at least
+	// raceSlowIPIs): its echo server's wake-up took this much longer
+	// (wake-race: slow_echo_runs_us minus found_idle_echo_runs_us). The
+	// offpath is the fast state's; idle vanilla alone adds this back: the
+	// lanes' request reaches the echo server's wake-up ~4 us earlier,
+	// past the race's window (traced), and under load the echo server's
+	// wake-up pays the preempting IPI instead. 0: the fast state.
+	IdleSlowUs float64 `json:"idle_slow_us,omitempty"`
+	// raceSlowUs: the slow state's extra wait, from the wake-race file
+	raceSlowUs float64
 	// Stalls: the receive CPU's stalls (UseStalls); nil: none.
 	Stalls *sim.Stalls `json:"stalls,omitempty"`
 	// PacerLateUs: the generator's wake-up lateness (equally likely
@@ -370,6 +381,10 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		}
 		if n.BaseRTTUs > 0 && !c.NIC {
 			hi.Offpath = &sim.Offpath{P50Us: n.BaseRTTUs, P99Us: math.Max(n.BaseRTTUs, n.BaseRTTP99Us)}
+			if c.RatePPS == 0 && c.Mode == ModeVanilla && n.IdleSlowUs > 0 {
+				hi.Offpath.P50Us += n.IdleSlowUs
+				hi.Offpath.P99Us += n.IdleSlowUs
+			}
 		}
 		if n.ProbeSendUs > 0 && n.GenShare > 0 && c.RatePPS > 0 && !c.NIC {
 			prober := app

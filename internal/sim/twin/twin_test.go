@@ -284,6 +284,21 @@ var ipisMisses = []string{
 	"rank latency 300k p50_us lanes-sync vs lanes-queue",
 }
 
+// slowMisses: the run after (10:58 UTC, the same VM): vanilla's idle
+// repetitions in the race's slow state (0.51-0.74 IPIs per request, p50
+// 43 us), the lanes' in the fast one (0.04-0.13, 29 us). The queue lane
+// at 300k saturated the receive CPU (96%; 176 us measured, 70 in the
+// model) and was slower than vanilla, which the model does not rank.
+var slowMisses = []string{
+	"latency lanes-queue 100k p50_us",
+	"latency lanes-queue 150k p50_us",
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 300k p50_us vanilla vs lanes-queue",
+	"rank latency 300k p99_us vanilla vs lanes-queue",
+}
+
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency lanes-queue idle p50_us",
@@ -307,8 +322,10 @@ var allRaw2Misses = []string{
 // in raw system calls (scripts/twin-validate on 2026-11-27 at 04:33 and
 // 05:04 UTC, the prober and the echo server in raw calls,
 // testdata/twin/raw-1127 and raw2-1127; at 07:03 and 07:11, every agent,
-// allraw-1127 and allraw2-1127: trace, bench compare, micro-benchmarks
-// and wake-race from one run each). Their
+// allraw-1127 and allraw2-1127; at 10:05 and 10:58 on a fresh VM,
+// ipis-1127 and slow-1127, whose compare runs count the application
+// CPU's IPIs per request: trace, bench compare, micro-benchmarks and
+// wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
 // and the sink's preempting wake-ups and the application CPU's wake-up
 // on the path are modelled, from each run's own file. A new miss fails; fewer goals or
@@ -335,11 +352,19 @@ func TestRawAgentsRuns(t *testing.T) {
 		// application CPU's IPIs per request (10:05 UTC): every idle
 		// repetition in the race's fast state (28 us)
 		{"ipis-1127", 1000, 10000, 11000, 24, 15, ipisMisses},
+		// the run after it, vanilla's idle in the race's slow state
+		// (Node.IdleSlowUs)
+		{"slow-1127", 2000, 13000, 4000, 23, 21, slowMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
 			if n.WakePreemptNs != c.preempt || n.AppWakePathNs == nil || *n.AppWakePathNs != c.appOn {
 				t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want %.0f and %.0f from the file", n.WakePreemptNs, n.AppWakePathNs, c.preempt, c.appOn)
+			}
+			// only slow-1127's idle vanilla counted the IPIs of the
+			// race's slow state (the earlier runs counted none)
+			if slow := c.name == "slow-1127"; slow != (n.IdleSlowUs == 11) || !slow && n.IdleSlowUs != 0 {
+				t.Errorf("idle slow state %.1f us, want 11 on slow-1127 only", n.IdleSlowUs)
 			}
 		})
 	}

@@ -34,7 +34,17 @@ type WakeRaceLoad struct {
 	// ProbeAfterUs: how long the prober runs on after its request left
 	// ctA, median (files since 2026-11-27, 08:10 UTC; 0: not in the file).
 	ProbeAfterUs float64 `json:"probe_after_us"`
+	// SlowEchoRunsUs, FoundIdleEchoRunsUs: the echo server's wait after
+	// its wake-up in the race's slow window, and when its wake-up found
+	// the application CPU idle (medians; same files).
+	SlowEchoRunsUs      float64 `json:"slow_echo_runs_us"`
+	FoundIdleEchoRunsUs float64 `json:"found_idle_echo_runs_us"`
 }
+
+// raceSlowIPIs: application-CPU IPIs per request from which an idle
+// repetition is in the race's slow state (measured: 0.04-0.16 fast,
+// 0.42-0.74 slow; docs/lab.md).
+const raceSlowIPIs = 0.3
 
 // minSplit: requests each side of the IPI split needs for its medians.
 const minSplit = 30
@@ -73,6 +83,9 @@ func (n *Node) UseWakeRace(path string) error {
 	n.useWakePreempt(&f)
 	n.useAppWakePath(&f)
 	n.useProbeSend(&f)
+	if l := f.load("idle"); l != nil && l.SlowEchoRunsUs > l.FoundIdleEchoRunsUs && l.FoundIdleEchoRunsUs > 0 {
+		n.raceSlowUs = l.SlowEchoRunsUs - l.FoundIdleEchoRunsUs
+	}
 	return nil
 }
 
