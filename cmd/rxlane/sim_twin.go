@@ -63,8 +63,12 @@ way and the echo server's wake-up preempts a running generator or sink
 at the measured cost; when it has the prober's send path at the
 calibration load (probe_after_us), the prober keeps the application CPU
 that long after each request in the loaded cases, and the echo server's
-wake-up that finds it there preempts it too. Nothing is fitted to any
-other case (docs/sim.md, "The twin").
+wake-up that finds it there preempts it too; when the idle vanilla case
+of --calib counted 0.3 or more application-CPU IPIs per request (the
+prober's wake-up race's slow state on a VM), its slow wake-up (the
+file's slow_echo_runs_us minus found_idle_echo_runs_us) stays with idle
+vanilla and leaves the offpath. Nothing is fitted to any other case
+(docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
 run'); with --predict, what the bench would measure in it: p50 and p99
