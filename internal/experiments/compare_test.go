@@ -168,6 +168,15 @@ func TestRaceWarnings(t *testing.T) {
 		!strings.Contains(w[0], "(vanilla 1, lanes-sync 3, lanes-queue 1)") || !strings.Contains(w[0], "(vanilla 3)") {
 		t.Fatalf("warnings %q", w)
 	}
+	// oos-1127: one slow vanilla repetition at 0.57 beside fast ones up
+	// to 0.29 (1.97x)
+	oos := &CompareReport{Cases: []CompareCase{
+		idle(ModeVanilla, [2]float64{0.57, 44.2}, [2]float64{0.27, 29}, [2]float64{0.25, 29.3}, [2]float64{0.18, 29}, [2]float64{0.29, 30}),
+		idle(ModeLanes, [2]float64{0.1, 29.4}, [2]float64{0.11, 29.6}, [2]float64{0.12, 28.7}, [2]float64{0.08, 28.6}, [2]float64{0.1, 29.3}),
+	}}
+	if w := raceWarnings(oos); len(w) != 1 || !strings.Contains(w[0], "1 with 0.57-0.57 and 44 us (vanilla 1)") {
+		t.Errorf("oos-1127's split: warnings %q", w)
+	}
 	for name, r := range map[string]*CompareReport{
 		"one state":         {Cases: []CompareCase{idle(ModeVanilla, [2]float64{0.12, 28}, [2]float64{0.15, 29}), idle(ModeLanes, [2]float64{0.09, 28})}},
 		"same p50 both":     {Cases: []CompareCase{idle(ModeVanilla, [2]float64{0.1, 28}, [2]float64{0.5, 29})}},
