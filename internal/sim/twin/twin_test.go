@@ -299,6 +299,25 @@ var slowMisses = []string{
 	"rank latency 300k p99_us vanilla vs lanes-queue",
 }
 
+// oosMisses: the run after the two mechanisms of that session were
+// added (11:22 UTC, the same VM), their out-of-sample check: 25 of 28
+// goals. The queue lane at 300k saturated the receive CPU again (96%,
+// p50 207 us, the model 79) and was slower than vanilla; vanilla's 300k
+// p50 ranged 43-100 us over the repetitions (the model 94).
+var oosMisses = []string{
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 150k p50_us vanilla vs lanes-sync",
+	"rank latency 150k p99_us vanilla vs lanes-sync",
+	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 300k p50_us vanilla vs lanes-queue",
+	"rank latency 300k p99_us vanilla vs lanes-queue",
+	"rank latency 300k delivered_pps vanilla vs lanes-queue",
+	"rank latency 150k p50_us lanes-sync vs lanes-queue",
+	"rank latency 150k p99_us lanes-sync vs lanes-queue",
+}
+
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency lanes-queue idle p50_us",
@@ -322,9 +341,9 @@ var allRaw2Misses = []string{
 // in raw system calls (scripts/twin-validate on 2026-11-27 at 04:33 and
 // 05:04 UTC, the prober and the echo server in raw calls,
 // testdata/twin/raw-1127 and raw2-1127; at 07:03 and 07:11, every agent,
-// allraw-1127 and allraw2-1127; at 10:05 and 10:58 on a fresh VM,
-// ipis-1127 and slow-1127, whose compare runs count the application
-// CPU's IPIs per request: trace, bench compare, micro-benchmarks and
+// allraw-1127 and allraw2-1127; at 10:05, 10:58 and 11:22 on a fresh VM,
+// ipis-1127, slow-1127 and oos-1127, whose compare runs count the
+// application CPU's IPIs per request: trace, bench compare, micro-benchmarks and
 // wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
 // and the sink's preempting wake-ups and the application CPU's wake-up
@@ -355,10 +374,13 @@ func TestRawAgentsRuns(t *testing.T) {
 		// the run after it, vanilla's idle in the race's slow state
 		// (Node.IdleSlowUs)
 		{"slow-1127", 2000, 13000, 4000, 23, 21, slowMisses},
+		// the out-of-sample run of both mechanisms (fast idle: 0.27
+		// IPIs per request, the median of 0.18-0.57)
+		{"oos-1127", 1000, 14000, 11000, 25, 15, oosMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
-			if n.WakePreemptNs != c.preempt || n.AppWakePathNs == nil || *n.AppWakePathNs != c.appOn {
+			if math.Abs(n.WakePreemptNs-c.preempt) > 1 || n.AppWakePathNs == nil || math.Abs(*n.AppWakePathNs-c.appOn) > 1 {
 				t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want %.0f and %.0f from the file", n.WakePreemptNs, n.AppWakePathNs, c.preempt, c.appOn)
 			}
 			// only slow-1127's idle vanilla counted the IPIs of the
@@ -386,7 +408,7 @@ func validateDay(t *testing.T, name string, wakePath float64, known []string, go
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.WakePathNs == nil || *n.WakePathNs != wakePath {
+	if n.WakePathNs == nil || math.Abs(*n.WakePathNs-wakePath) > 1 {
 		t.Fatalf("wake-up on the path %v ns, want the file's %.0f", n.WakePathNs, wakePath)
 	}
 	v, err := Validate(n, m)
