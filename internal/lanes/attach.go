@@ -484,18 +484,7 @@ func (r *Removal) unpin(dirs []string) error {
 // gone from ns: ns names no namespace, or a later one (another inode, or
 // its inode with another cookie: the kernel reuses inodes).
 func netnsGone(ns string, st *State) bool {
-	ref, err := netns.Resolve(ns)
-	if err != nil {
-		return true
-	}
-	if st.NetnsIno != 0 && ref.Ino != st.NetnsIno {
-		return true
-	}
-	if st.NetnsCookie == 0 {
-		return false
-	}
-	c, err := ref.Cookie()
-	return err == nil && netns.StaleCookie(st.NetnsCookie, c)
+	return !netns.Holds(ns, st.NetnsIno, st.NetnsCookie)
 }
 
 // forgetGone drops the record (stateFile) of a lane whose namespace is

@@ -51,3 +51,22 @@ func (r Ref) Cookie() (uint64, error) {
 func StaleCookie(recorded, now uint64) bool {
 	return recorded != 0 && now != 0 && recorded != now
 }
+
+// Holds reports whether spec (a --netns value) still names the namespace
+// that state recorded by its inode and cookie (either 0: not recorded):
+// false when spec names no namespace, another inode, or the inode with
+// another cookie. A cookie that cannot be read now is not held against it.
+func Holds(spec string, ino, cookie uint64) bool {
+	ref, err := Resolve(spec)
+	if err != nil {
+		return false
+	}
+	if ino != 0 && ref.Ino != ino {
+		return false
+	}
+	if cookie == 0 {
+		return true
+	}
+	c, err := ref.Cookie()
+	return err != nil || !StaleCookie(cookie, c)
+}

@@ -683,21 +683,7 @@ var disableStep = func(string) {}
 // the recorded inode with another cookie). Unknown for an older state
 // (no inode recorded): not gone.
 func (st *State) mainGone() bool {
-	if st.NetnsIno == 0 {
-		return false
-	}
-	ref, err := netns.Resolve(st.Netns)
-	if err != nil {
-		return true
-	}
-	if ref.Ino != st.NetnsIno {
-		return true
-	}
-	if st.NetnsCookie == 0 {
-		return false
-	}
-	c, err := ref.Cookie()
-	return err == nil && netns.StaleCookie(st.NetnsCookie, c)
+	return st.NetnsIno != 0 && !netns.Holds(st.Netns, st.NetnsIno, st.NetnsCookie)
 }
 
 func disable(st *State) error {
