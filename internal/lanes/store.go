@@ -71,17 +71,18 @@ func (s *Store) RecordFile() string { return filepath.Join(s.Dir, s.NS.ID()+".la
 func (s *Store) CookieFile() string { return filepath.Join(s.Dir, s.NS.ID()+".cookie") }
 
 // earlier reports whether the store's files were left by an earlier
-// namespace with this one's inode (their cookie is not this namespace's).
-func (s *Store) earlier() (bool, error) {
+// namespace with this one's inode (their cookie is not this namespace's),
+// and whether there is a cookie file at all.
+func (s *Store) earlier() (stale, found bool, err error) {
 	b, err := os.ReadFile(s.CookieFile())
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	was, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return netns.StaleCookie(was, s.cookie), nil
+	return netns.StaleCookie(was, s.cookie), true, nil
 }
 
 // claim, under the lock, makes the store's files this namespace's: files
@@ -93,15 +94,14 @@ func (s *Store) claim() error {
 	if s.cookie == 0 {
 		return nil
 	}
-	stale, err := s.earlier()
+	stale, found, err := s.earlier()
 	if err != nil {
 		return err
 	}
-	if !stale {
-		if _, err := os.Stat(s.CookieFile()); err == nil {
-			return nil
-		}
-	} else {
+	if found && !stale {
+		return nil
+	}
+	if stale {
 		st, err := loadState(s.RecordFile())
 		if err != nil {
 			return fmt.Errorf("retire the lane of an earlier namespace with this inode: %w", err)
@@ -164,7 +164,7 @@ func (s *Store) locked(fn func() error) error {
 // Rules reads the namespace's rules (none when the rules file is an
 // earlier namespace's: see claim).
 func (s *Store) Rules() (*policy.Set, error) {
-	if stale, err := s.earlier(); err != nil {
+	if stale, _, err := s.earlier(); err != nil {
 		return nil, err
 	} else if stale {
 		return &policy.Set{}, nil
