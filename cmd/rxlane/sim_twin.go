@@ -71,8 +71,10 @@ vanilla and leaves the offpath. Nothing is fitted to any other case
 (docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
-run'); with --predict, what the bench would measure in it: p50 and p99
-round trip, background delivered, receive and application CPU busy.
+run', seed 1); with --predict, what the bench would measure in it: p50
+and p99 round trip, background delivered, receive and application CPU
+busy, each the median of 5 runs of the model (seeds 1-5), as the bench
+reports the median of its repetitions.
 --measured FILE (a bench compare/latency JSON, or the twin's measured
 format, docs/sim.md) puts the measurement beside it with the error; without
 --mode and --rate every case of FILE is predicted and checked against
