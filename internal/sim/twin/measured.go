@@ -224,8 +224,8 @@ func (m *Measured) Find(c Case) (MeasuredCase, bool) {
 // packet (against the same file's idle case) and the round trip outside
 // the receive path; a file holding a lane's case and vanilla's at that
 // rate gives the lane's extra wire cost (the difference of the two, in
-// the same run, repetition by repetition when it has them). Nothing else is fitted: every other case is predicted
-// from this.
+// the same run, repetition by repetition when it has them). Nothing else
+// is fitted: every other case is predicted from this.
 func Calibrate(tracePath string, calib []*Measured, rate float64) (*Node, error) {
 	return CalibrateWith(tracePath, calib, rate, Extras{})
 }

@@ -456,6 +456,7 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 		return Prediction{}, err
 	}
 	ps := make([]Prediction, modelReps)
+	seed := sc.Seed
 	var wg sync.WaitGroup
 	for i := range ps {
 		run := sc
@@ -465,7 +466,7 @@ func (n *Node) predict(c Case, scale float64) (Prediction, error) {
 				return Prediction{}, err
 			}
 		}
-		run.Seed = sc.Seed + int64(i)
+		run.Seed = seed + int64(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
