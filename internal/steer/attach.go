@@ -123,6 +123,35 @@ type RPSChange struct {
 	Dev   string `json:"dev"`
 	Queue string `json:"queue"`
 	Prev  string `json:"prev"`
+	NsMark
+}
+
+// NsMark identifies the namespace a change was made in (its inode and
+// cookie, read inside it; 0 when unknown: an older rxlane's state). A
+// namespace given by path (a container's, the sender's) can be deleted
+// and another one created at the same path, with devices of the same
+// names; disable must not undo a change in that one.
+type NsMark struct {
+	NetnsIno    uint64 `json:"netns_ino,omitempty"`
+	NetnsCookie uint64 `json:"netns_cookie,omitempty"`
+}
+
+// markHere is the calling thread's network namespace's mark, best effort
+// (a zero field is not checked).
+func markHere() NsMark {
+	var m NsMark
+	var st unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/net", &st) == nil {
+		m.NetnsIno = st.Ino
+	}
+	m.NetnsCookie, _ = netns.CookieHere()
+	return m
+}
+
+// replaced reports whether the namespace at ns is no longer the one mark
+// recorded (gone, or another namespace at its path).
+func (m NsMark) replaced(ns string) bool {
+	return m.NetnsIno != 0 && !netns.Holds(ns, m.NetnsIno, m.NetnsCookie)
 }
 
 // Attachment is one device a program is attached to.
@@ -140,6 +169,7 @@ type Attachment struct {
 	// filter only while it runs that program (an enable refused on
 	// another instance's filter journaled the attempt first).
 	Prog uint32 `json:"prog,omitempty"`
+	NsMark
 }
 
 func (a Attachment) filter() tcattach.Filter {
@@ -304,7 +334,7 @@ func setRPS(ns, dev, mask string, record func(RPSChange) error) error {
 			if err != nil {
 				return fmt.Errorf("read %s: %w", q, err)
 			}
-			if err := record(RPSChange{Netns: ns, Dev: dev, Queue: filepath.Base(filepath.Dir(q)), Prev: strings.TrimSpace(string(b))}); err != nil {
+			if err := record(RPSChange{Netns: ns, Dev: dev, Queue: filepath.Base(filepath.Dir(q)), Prev: strings.TrimSpace(string(b)), NsMark: markHere()}); err != nil {
 				return err
 			}
 			if err := os.WriteFile(q, []byte(mask+"\n"), 0); err != nil {
@@ -347,6 +377,7 @@ func restoreRPS(cs []RPSChange) error {
 // the clsact qdisc will be created here (the device has none now).
 func (j *stateLog) attach(a Attachment, prog *ebpf.Program) error {
 	a.Prog = progID(prog)
+	a.NsMark = markHere()
 	_, err := a.filter().AttachRecorded(a.Device, prog, func(creates bool) error {
 		a.CreatedClsact = creates
 		return j.intent(kindFilter, a)
@@ -690,8 +721,9 @@ func disable(st *State) error {
 	var errs []error
 	// A namespace that is gone took its devices, their rps_cpus, filters
 	// and GRO with it; whatever now sits at its path is someone else's
-	// and is not touched. Changes in other namespaces (a sender's
-	// checksum offload, container devices) are undone as always.
+	// and is not touched. The same for every other namespace a change
+	// was made in (a sender's checksum offload, container devices),
+	// checked by the mark the change recorded.
 	gone := st.mainGone()
 	inMain := func(ns string) bool { return gone && ns == st.Netns }
 	// Off first and wait until every active flow's stages are back on the
@@ -713,7 +745,7 @@ func disable(st *State) error {
 		}
 	}
 	disableStep("rps")
-	errs = append(errs, restoreRPS(slices.DeleteFunc(slices.Clone(st.RPS), func(c RPSChange) bool { return inMain(c.Netns) })))
+	errs = append(errs, restoreRPS(slices.DeleteFunc(slices.Clone(st.RPS), func(c RPSChange) bool { return inMain(c.Netns) || c.replaced(c.Netns) })))
 	if m != nil {
 		disableStep("native")
 		errs = append(errs, enterNative(m, DrainTimeout))
@@ -731,6 +763,9 @@ func disable(st *State) error {
 			}
 			continue
 		}
+		if a.replaced(attachmentNetns(st, a)) {
+			continue // its clsact marker is pruned by the next attach there
+		}
 		err := inNetnsSysfs(attachmentNetns(st, a), func() error { return detach(a) })
 		if err != nil && !errors.Is(err, errNoNetns) {
 			errs = append(errs, err)
@@ -740,8 +775,10 @@ func disable(st *State) error {
 		tcattach.ForgetNetns(st.NetnsIno, st.NetnsCookie, forget)
 	}
 	if fs := st.FirstStage; fs != nil {
-		errs = append(errs, restorePeerTx(fs.PeerTx))
-		if fs.WireGRO != nil && !inMain(fs.WireGRO.Netns) {
+		if p := fs.PeerTx; p != nil && !p.replaced(p.Netns) {
+			errs = append(errs, restorePeerTx(p))
+		}
+		if fs.WireGRO != nil && !inMain(fs.WireGRO.Netns) && !fs.WireGRO.replaced(fs.WireGRO.Netns) {
 			errs = append(errs, restoreWireGRO(fs.WireGRO))
 		}
 	}

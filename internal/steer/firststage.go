@@ -48,6 +48,7 @@ type PeerOffload struct {
 	Netns string `json:"netns"`
 	Dev   string `json:"dev"`
 	Prev  bool   `json:"prev"`
+	NsMark
 }
 
 // underlayPeer finds the other end of a veth underlay: its /run/netns
@@ -105,7 +106,7 @@ func senderTxOff(hostNS string, fs *FirstStage, record func(PeerOffload) error) 
 		if !prev {
 			return nil
 		}
-		if err := record(PeerOffload{Netns: ns, Dev: peer, Prev: prev}); err != nil {
+		if err := record(PeerOffload{Netns: ns, Dev: peer, Prev: prev, NsMark: markHere()}); err != nil {
 			return err
 		}
 		_, err = ethtool.SetIn("", peer, ethtool.TxCsum, false)
@@ -138,7 +139,7 @@ func wireGROOn(hostNS string, fs *FirstStage, record func(PeerOffload) error) er
 		if err != nil || on {
 			return err
 		}
-		if err := record(PeerOffload{Netns: hostNS, Dev: fs.Device, Prev: false}); err != nil {
+		if err := record(PeerOffload{Netns: hostNS, Dev: fs.Device, Prev: false, NsMark: markHere()}); err != nil {
 			return err
 		}
 		_, err = ethtool.SetIn("", fs.Device, ethtool.GRO, true)

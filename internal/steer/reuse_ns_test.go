@@ -103,6 +103,21 @@ func TestStateOfEarlierNamespace(t *testing.T) {
 	if st.NetnsIno != ref.Ino || st.NetnsCookie != cookie {
 		t.Errorf("state records inode %d cookie %d, want hostB's %d and %d", st.NetnsIno, st.NetnsCookie, ref.Ino, cookie)
 	}
+	// each change carries the mark of the namespace it was made in
+	if len(st.RPS) == 0 || len(st.Attachments) == 0 {
+		t.Fatalf("enable recorded %d rps changes and %d attachments, want some of each", len(st.RPS), len(st.Attachments))
+	}
+	want := NsMark{NetnsIno: ref.Ino, NetnsCookie: cookie}
+	for _, c := range st.RPS {
+		if c.NsMark != want {
+			t.Errorf("rps change of %s marked %+v, want hostB's %+v", c.Dev, c.NsMark, want)
+		}
+	}
+	for _, a := range st.Attachments {
+		if a.Netns == "" && a.NsMark != want {
+			t.Errorf("filter on %s marked %+v, want hostB's %+v", a.Device, a.NsMark, want)
+		}
+	}
 	if err := Disable(state); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +137,64 @@ func TestStateOfEarlierNamespace(t *testing.T) {
 		b, err := os.ReadFile(rps)
 		if err == nil && string(b) != "0\n" {
 			err = fmt.Errorf("rps_cpus %q after disable of hostB's own state, want the recorded 0", b)
+		}
+		return err
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestChangeInReplacedNamespace: a change steering made in another
+// namespace than its own (the sender's checksum offload, a container's
+// rps_cpus) carries that namespace's mark; when the namespace at that
+// path is no longer the one marked (deleted and another created with
+// devices of the same names), disable leaves it alone, and with the
+// namespace's own mark it undoes the change.
+func TestChangeInReplacedNamespace(t *testing.T) {
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	nsA, nsB := tb.NS(testbed.HostA), tb.NS(testbed.HostB)
+	refA, err := netns.Resolve(nsA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refB, err := netns.Resolve(nsB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cookieA, errA := refA.Cookie()
+	cookieB, errB := refB.Cookie()
+	if errA != nil || errB != nil || cookieA == 0 || cookieB == 0 {
+		t.Skipf("skipping: no namespace cookie (%v, %v)", errA, errB)
+	}
+	before := snapshotNS(t, nsA)
+	earlier := NsMark{NetnsIno: refA.Ino, NetnsCookie: cookieA + 1000}
+	st := State{Netns: nsB, CPUs: []int{0, 1}, NetnsIno: refB.Ino, NetnsCookie: cookieB,
+		FirstStage: &FirstStage{Device: testbed.WireB, PeerTx: &PeerOffload{Netns: nsA, Dev: testbed.WireA, Prev: false, NsMark: earlier}},
+		RPS:        []RPSChange{{Netns: nsA, Dev: testbed.WireA, Queue: "rx-0", Prev: "1", NsMark: earlier}}}
+	state := filepath.Join(t.TempDir(), "steer.json")
+	writeState(t, state, st)
+	if err := Disable(state); err != nil {
+		t.Fatalf("disable: %v", err)
+	}
+	if after := snapshotNS(t, nsA); after != before {
+		t.Errorf("disable undid changes marked with an earlier namespace in hostA:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// the same changes marked with hostA itself are undone
+	own := NsMark{NetnsIno: refA.Ino, NetnsCookie: cookieA}
+	st.FirstStage.PeerTx.NsMark, st.RPS[0].NsMark = own, own
+	writeState(t, state, st)
+	if err := Disable(state); err != nil {
+		t.Fatalf("disable: %v", err)
+	}
+	if after := snapshotNS(t, nsA); after == before {
+		t.Errorf("disable of hostA's own changes left hostA as it was: %s", after)
+	}
+	err = testbed.DoSysfsNamed(nsA, func() error {
+		b, err := os.ReadFile("/sys/class/net/" + testbed.WireA + "/queues/rx-0/rps_cpus")
+		if err == nil && string(b) != "1\n" {
+			err = fmt.Errorf("wireA rps_cpus %q, want the recorded 1", b)
 		}
 		return err
 	})
