@@ -10,7 +10,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/journal"
-	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/policy"
 	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/rxlane/rxlane/internal/testbed"
@@ -135,14 +134,7 @@ func TestStoreRetiresEarlierNamespace(t *testing.T) {
 func TestDisableDropsEarlierNamespaceRecord(t *testing.T) {
 	tb := testbedtest.Up(t, testbedtest.Config(t))
 	ns := tb.NS(testbed.HostB)
-	ref, err := netns.Resolve(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cookie, err := ref.Cookie()
-	if err != nil || cookie == 0 {
-		t.Skipf("skipping: no namespace cookie (%v)", err)
-	}
+	ref, cookie := testbedtest.RefCookie(t, ns)
 	rec := filepath.Join(t.TempDir(), "lane.jsonl")
 	writeRecord(t, rec, laneBegin{Netns: ref.Path, NetnsIno: ref.Ino, NetnsCookie: cookie + 1000, Mode: ModeSync},
 		Attachment{Device: testbed.WireB, CreatedClsact: true})

@@ -9,7 +9,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/journal"
-	"github.com/rxlane/rxlane/internal/netns"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -51,17 +50,10 @@ func writeState(t *testing.T, path string, st State) {
 func TestStateOfEarlierNamespace(t *testing.T) {
 	tb := testbedtest.Up(t, testbedtest.Config(t))
 	ns := tb.NS(testbed.HostB)
-	ref, err := netns.Resolve(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cookie, err := ref.Cookie()
-	if err != nil || cookie == 0 {
-		t.Skipf("skipping: no namespace cookie (%v)", err)
-	}
+	ref, cookie := testbedtest.RefCookie(t, ns)
 	rps := "/sys/class/net/" + testbed.WireB + "/queues/rx-0/rps_cpus"
 	// someone else's setup of hostB's wire
-	err = testbed.DoSysfsNamed(ns, func() error {
+	err := testbed.DoSysfsNamed(ns, func() error {
 		l, err := netlink.LinkByName(testbed.WireB)
 		if err != nil {
 			return err
@@ -154,19 +146,8 @@ func TestStateOfEarlierNamespace(t *testing.T) {
 func TestChangeInReplacedNamespace(t *testing.T) {
 	tb := testbedtest.Up(t, testbedtest.Config(t))
 	nsA, nsB := tb.NS(testbed.HostA), tb.NS(testbed.HostB)
-	refA, err := netns.Resolve(nsA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refB, err := netns.Resolve(nsB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cookieA, errA := refA.Cookie()
-	cookieB, errB := refB.Cookie()
-	if errA != nil || errB != nil || cookieA == 0 || cookieB == 0 {
-		t.Skipf("skipping: no namespace cookie (%v, %v)", errA, errB)
-	}
+	refA, cookieA := testbedtest.RefCookie(t, nsA)
+	refB, cookieB := testbedtest.RefCookie(t, nsB)
 	before := snapshotNS(t, nsA)
 	earlier := NsMark{NetnsIno: refA.Ino, NetnsCookie: cookieA + 1000}
 	st := State{Netns: nsB, CPUs: []int{0, 1}, NetnsIno: refB.Ino, NetnsCookie: cookieB,
@@ -191,7 +172,7 @@ func TestChangeInReplacedNamespace(t *testing.T) {
 	if after := snapshotNS(t, nsA); after == before {
 		t.Errorf("disable of hostA's own changes left hostA as it was: %s", after)
 	}
-	err = testbed.DoSysfsNamed(nsA, func() error {
+	err := testbed.DoSysfsNamed(nsA, func() error {
 		b, err := os.ReadFile("/sys/class/net/" + testbed.WireA + "/queues/rx-0/rps_cpus")
 		if err == nil && string(b) != "1\n" {
 			err = fmt.Errorf("wireA rps_cpus %q, want the recorded 1", b)
