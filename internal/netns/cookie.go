@@ -34,6 +34,16 @@ func CookieHere() (uint64, error) {
 	return c, nil
 }
 
+// InoHere is the calling thread's network namespace's inode (inside
+// Do, the namespace entered; /proc/self would name the process's).
+func InoHere() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
 // Cookie is the namespace's cookie (see CookieHere), read inside it.
 func (r Ref) Cookie() (uint64, error) {
 	var c uint64

@@ -140,10 +140,7 @@ type NsMark struct {
 // (a zero field is not checked).
 func markHere() NsMark {
 	var m NsMark
-	var st unix.Stat_t
-	if unix.Stat("/proc/thread-self/ns/net", &st) == nil {
-		m.NetnsIno = st.Ino
-	}
+	m.NetnsIno, _ = netns.InoHere()
 	m.NetnsCookie, _ = netns.CookieHere()
 	return m
 }
@@ -197,12 +194,11 @@ type Stage struct {
 // State is the steering state file.
 type State struct {
 	Netns string `json:"netns"`
-	// NetnsIno, NetnsCookie identify the namespace Netns held at enable
-	// (0: an older state): the state file is named by the inode, which
-	// the kernel gives to a later namespace once this one is gone, and
-	// Netns may by then name another namespace (see mainGone).
-	NetnsIno     uint64       `json:"netns_ino,omitempty"`
-	NetnsCookie  uint64       `json:"netns_cookie,omitempty"`
+	// NsMark identifies the namespace Netns held at enable (0: an older
+	// state): the state file is named by the inode, which the kernel
+	// gives to a later namespace once this one is gone, and Netns may by
+	// then name another namespace (see mainGone).
+	NsMark
 	CPUs         []int        `json:"cpus"`
 	Threshold    float64      `json:"threshold"`
 	AvgThreshold float64      `json:"avg_threshold"`
@@ -714,7 +710,7 @@ var disableStep = func(string) {}
 // the recorded inode with another cookie). Unknown for an older state
 // (no inode recorded): not gone.
 func (st *State) mainGone() bool {
-	return st.NetnsIno != 0 && !netns.Holds(st.Netns, st.NetnsIno, st.NetnsCookie)
+	return st.replaced(st.Netns)
 }
 
 func disable(st *State) error {

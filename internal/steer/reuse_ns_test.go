@@ -67,7 +67,7 @@ func TestStateOfEarlierNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := snapshotNS(t, ns)
-	earlier := State{Netns: ns, CPUs: []int{0, 1}, NetnsIno: ref.Ino, NetnsCookie: cookie + 1000,
+	earlier := State{Netns: ns, CPUs: []int{0, 1}, NsMark: NsMark{NetnsIno: ref.Ino, NetnsCookie: cookie + 1000},
 		Attachments: []Attachment{{Device: testbed.WireB, CreatedClsact: true}},
 		RPS:         []RPSChange{{Netns: ns, Dev: testbed.WireB, Queue: "rx-0", Prev: "0"}}}
 	state := filepath.Join(t.TempDir(), "steer.json")
@@ -150,7 +150,7 @@ func TestChangeInReplacedNamespace(t *testing.T) {
 	refB, cookieB := testbedtest.RefCookie(t, nsB)
 	before := snapshotNS(t, nsA)
 	earlier := NsMark{NetnsIno: refA.Ino, NetnsCookie: cookieA + 1000}
-	st := State{Netns: nsB, CPUs: []int{0, 1}, NetnsIno: refB.Ino, NetnsCookie: cookieB,
+	st := State{Netns: nsB, CPUs: []int{0, 1}, NsMark: NsMark{NetnsIno: refB.Ino, NetnsCookie: cookieB},
 		FirstStage: &FirstStage{Device: testbed.WireB, PeerTx: &PeerOffload{Netns: nsA, Dev: testbed.WireA, Prev: false, NsMark: earlier}},
 		RPS:        []RPSChange{{Netns: nsA, Dev: testbed.WireA, Queue: "rx-0", Prev: "1", NsMark: earlier}}}
 	state := filepath.Join(t.TempDir(), "steer.json")

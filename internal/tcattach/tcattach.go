@@ -36,21 +36,11 @@ var MarkerDir = "/run/rxlane/clsact"
 // marker is the marker file of dev (ifindex) in the calling thread's
 // network namespace.
 func marker(l netlink.Link) (string, error) {
-	ino, err := netnsIno()
+	ino, err := netns.InoHere()
 	if err != nil {
 		return "", fmt.Errorf("netns of %s: %w", l.Attrs().Name, err)
 	}
 	return filepath.Join(MarkerDir, fmt.Sprintf("%d-%d", ino, l.Attrs().Index)), nil
-}
-
-// netnsIno is the calling thread's network namespace's inode: the first
-// half of its markers' names.
-func netnsIno() (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
 }
 
 // readMarker reads a marker: the device name and the namespace cookie
@@ -88,7 +78,7 @@ func markersOf(ino uint64) map[string]int {
 // with the same index and name got from someone else. Markers of an
 // earlier namespace with this inode (another cookie) go too.
 func pruneMarkers() {
-	ino, err := netnsIno()
+	ino, err := netns.InoHere()
 	if err != nil {
 		return
 	}
