@@ -13,6 +13,7 @@
 //
 //	wakelat -duration 2s -busy -burst 0        # a CPU-bound neighbour
 //	wakelat -duration 2s -busy -burst 100us -gap 100us
+//	wakelat -cpu 1 -waker-cpu 0 -every 160us -deciles   # an idle CPU's wake-up
 //
 // Prints the delay's p50, p90, p99 and max in us, and with --busy the
 // neighbour's share of the CPU. Needs root (nice -20). A micro-benchmark
@@ -67,6 +68,7 @@ func main() {
 	burst := flag.Duration("burst", 0, "neighbour: spin this long, then sleep --gap (0: spin, never sleep)")
 	gap := flag.Duration("gap", 100*time.Microsecond, "neighbour: sleep between bursts")
 	rival := flag.Bool("rival", false, "also wake a nice 0 reader on --cpu just before the waiter: which runs first")
+	deciles := flag.Bool("deciles", false, "also print the delay's deciles (its shape: one mode or two)")
 	flag.Parse()
 	if *dur <= 0 || *dur > time.Minute || *every < 10*time.Microsecond || *cpu == *wcpu || *burst < 0 || *gap < 0 {
 		fmt.Fprintln(os.Stderr, "wakelat: want 0 < --duration <= 1m, --every >= 10us, --cpu != --waker-cpu, --burst and --gap >= 0")
@@ -183,4 +185,11 @@ func main() {
 		fmt.Printf("; neighbour (nice 0, burst %s, gap %s) ran %.0f%% of the time", *burst, *gap, 100*float64(spun.Load())/float64(max(span.Load(), 1)))
 	}
 	fmt.Println()
+	if *deciles {
+		fmt.Print("deciles (us):")
+		for i := 1; i <= 9; i++ {
+			fmt.Printf(" %.1f", q(float64(i)/10))
+		}
+		fmt.Println()
+	}
 }
