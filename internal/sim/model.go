@@ -256,6 +256,7 @@ type cpu struct {
 
 	acct, acct0  [nKinds]int64
 	netRx, irqs  int64
+	ringLast     bool // threaded rings: the last poll was a ring's (or none yet in this net_rx_action)
 	netRx0, irq0 int64
 	lastBusy     int64
 	load         float64
@@ -344,6 +345,7 @@ type Model struct {
 	warm, end                                                  int64
 	restartLimit                                               int
 	noDefer                                                    bool
+	threadedNIC                                                bool      // Kernel.ThreadedNIC
 	rings                                                      [][]*napi // [nic][ring]
 	free                                                       *packet
 
@@ -419,6 +421,7 @@ func (m *Model) setTimes() {
 	m.coalesceNs = ns(sc.NIC.CoalesceUs * 1000)
 	m.restartLimit = k.RestartLimit
 	m.noDefer = k.NoKsoftirqdDefer
+	m.threadedNIC = k.ThreadedNIC
 	m.warm = ns(sc.WarmupMs * 1e6)
 	m.end = ns(sc.DurationMs * 1e6)
 	m.traceOn = sc.Trace.PollOrder
@@ -1417,7 +1420,10 @@ func (c *cpu) chunk(cost int64) { c.start(c.sirqLevel, cost, kSoftirq) }
 
 func (c *cpu) netRxAction() {
 	c.pending = false
-	c.netRx++
+	if !c.m.threadedNIC {
+		c.netRx++
+	}
+	c.ringLast = true
 	c.rxStart = c.now()
 	c.budget = c.m.sc.Kernel.Budget
 	c.m.pol.beginRx(c)
@@ -1456,6 +1462,15 @@ func (c *cpu) rxStep() {
 		return
 	}
 	c.curNapi = n
+	if c.m.threadedNIC {
+		// with the rings in kthreads, a NET_RX softirq is a run of the
+		// other NAPIs after a ring's poll (or a restart), as
+		// /proc/softirqs counts it
+		if n.kind != kindNIC && c.ringLast {
+			c.netRx++
+		}
+		c.ringLast = n.kind == kindNIC
+	}
 	c.work = 0
 	c.curLane, c.curLimit = c.m.pol.pollQueue(c, n)
 	n.polls++

@@ -69,12 +69,34 @@ func (v *vanilla) pick(c *cpu) *napi {
 			}
 		}
 	}
+	if c.m.threadedNIC {
+		if n := pickSoftirqFirst(c); n != nil {
+			return n
+		}
+	}
 	if len(c.local) == 0 {
 		return nil
 	}
 	n := c.local[0]
 	c.local = removeAt(c.local, 0)
 	return n
+}
+
+// pickSoftirqFirst is Kernel.ThreadedNIC: a ring's kthread polls it again
+// only after the softirq its last poll raised has run every other NAPI of
+// the CPU dry, so any NAPI but a ring's goes first, including one
+// scheduled during this softirq (the kernel's net_rx_action takes those
+// before it returns); nil when only rings have work.
+func pickSoftirqFirst(c *cpu) *napi {
+	for _, l := range []*[]*napi{&c.local, &c.global} {
+		for i, n := range *l {
+			if n.kind != kindNIC {
+				*l = removeAt(*l, i)
+				return n
+			}
+		}
+	}
+	return nil
 }
 
 func (v *vanilla) pollQueue(c *cpu, n *napi) (int, int) {

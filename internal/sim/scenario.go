@@ -76,6 +76,15 @@ type Kernel struct {
 	// first delays the packet). nil: all of it before the work.
 	WakeLatencyNs    *float64 `yaml:"wake_latency_ns" json:"wake_latency_ns,omitempty"`
 	NoKsoftirqdDefer bool     `yaml:"no_ksoftirqd_defer" json:"no_ksoftirqd_defer"`
+	// ThreadedNIC polls the NIC rings in NAPI kthreads (threaded NAPI,
+	// as a veth or a driver with /sys/class/net/DEV/threaded set): the
+	// thread polls its ring once, then its local_bh_enable runs the
+	// softirq's NAPIs (gro_cells, backlog, a veth's) until they have no
+	// work, and only then does it poll the ring again. So a ring is
+	// polled only when no other NAPI of its CPU has work, and a ring that
+	// filled meanwhile is taken in one larger poll. false (default): the
+	// rings are polled in the softirq, in turn with the other NAPIs.
+	ThreadedNIC bool `yaml:"threaded_nic" json:"threaded_nic,omitempty"`
 	// ThreadSliceUs lets a thread with work left keep its CPU until it
 	// has run this long since it was picked, before another runnable
 	// thread gets it (EEVDF's RUN_TO_PARITY: a woken task, whatever its

@@ -458,3 +458,59 @@ func TestSendPathRace(t *testing.T) {
 		}
 	}
 }
+
+// TestThreadedNIC: with the ring in a NAPI kthread (kernel.threaded_nic),
+// the ring is polled again only once the softirq its poll raised has run
+// the gro_cells and the backlog dry, where in the softirq's round robin
+// it takes its turn between the other NAPIs' polls; and NET_RX counts
+// the softirq runs after its polls, not its polls.
+func TestThreadedNIC(t *testing.T) {
+	run := func(threaded bool) *Result {
+		sc := twinBase()
+		sc.DurationMs = 20
+		sc.Kernel.PollNs = 1000
+		sc.Kernel.ThreadedNIC = threaded
+		sc.Trace = TraceSpec{PollOrder: true, Max: 1 << 20}
+		sc.Stages = []StageSpec{{Name: "wire", Kind: "nic", Cost: Cost{Ns: 300}}, {Name: "g", Kind: "gro", Cost: Cost{Ns: 1200}}, {Name: "b", Kind: "backlog", Cost: Cost{Ns: 500}}}
+		sc.Flows = []FlowSpec{{Name: "f", Path: []string{"wire", "g", "b"}, Arrival: Arrival{Type: "const", RatePps: 300000}}}
+		return mustRun(t, sc)
+	}
+	// a ring poll while another NAPI still had work: the poll before it
+	// was not the backlog's, or the backlog left packets behind
+	early := func(r *Result) (n, rings int) {
+		held := map[string]int{}
+		for i, p := range r.PollTrace {
+			if p.Device == "wire" {
+				rings++
+				if i > 0 && (held["g"] > 0 || held["b"] > 0) {
+					n++
+				}
+			}
+			// what each stage holds after this poll: the wire's packets
+			// went to g, g's to b, b's out
+			switch p.Device {
+			case "wire":
+				held["g"] += p.Packets
+			case "g":
+				held["g"] -= p.Packets
+				held["b"] += p.Packets
+			case "b":
+				held["b"] -= p.Packets
+			}
+		}
+		return n, rings
+	}
+	rr, th := run(false), run(true)
+	if n, rings := early(th); n != 0 || rings == 0 {
+		t.Errorf("threaded: %d of %d ring polls came while the softirq's NAPIs had work", n, rings)
+	}
+	nRR, ringsRR := early(rr)
+	if nRR == 0 {
+		t.Errorf("softirq round robin: no ring poll came between the other NAPIs' polls (%d polls): the test does not tell the two apart", ringsRR)
+	}
+	_, ringsTh := early(th)
+	if got := th.CPUs[1].NetRx; got == 0 || got > int64(ringsTh) {
+		t.Errorf("threaded: %d NET_RX softirqs for %d ring polls: want one at most per ring poll", got, ringsTh)
+	}
+	t.Logf("ring polls: round robin %d (%d between the others' polls), threaded %d; NET_RX %d and %d", ringsRR, nRR, ringsTh, rr.CPUs[1].NetRx, th.CPUs[1].NetRx)
+}
