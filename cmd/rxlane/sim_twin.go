@@ -79,7 +79,11 @@ reports the median of its repetitions.
 format, docs/sim.md) puts the measurement beside it with the error; without
 --mode and --rate every case of FILE is predicted and checked against
 issue 23's goals (p50 and delivered within 15%, p99 within 30%, or inside
-the measured range; rankings).
+the measured range; rankings). Beside them, not goals: the generator's
+skipped rate and the receive CPU's NET_RX softirqs a second (the bench
+reads /proc/softirqs; the wire's kthread raises one per poll that passes
+packets on, so the count tells whether the generator's batches of 16
+reach the wire whole, split or merged, in the model as measured).
 
 Modes: vanilla, lanes-sync, lanes-queue (bench compare's), steer-static,
 steer-dynamic (bench throughput --compare's, closed loop on). --rate 0 is

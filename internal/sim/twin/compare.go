@@ -207,7 +207,7 @@ func WriteTable(w io.Writer, rows []Row) {
 		return a.RatePPS < b.RatePPS
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "bench\tmode\tload\tflows\tp50 us\tp99 us\tdelivered kpps\trx busy %\tskipped kpps\t")
+	fmt.Fprintln(tw, "bench\tmode\tload\tflows\tp50 us\tp99 us\tdelivered kpps\trx busy %\tskipped kpps\trx softirqs k/s\t")
 	for _, r := range rows {
 		p := r.Prediction
 		cell := func(stat string, pred float64, scale float64) string {
@@ -246,11 +246,19 @@ func WriteTable(w io.Writer, rows []Row) {
 				skipped += fmt.Sprintf(" | %.1f (%.1f-%.1f)", r.Measured.SkippedPPS.Median/1e3, r.Measured.SkippedPPS.Min/1e3, r.Measured.SkippedPPS.Max/1e3)
 			}
 		}
+		// the wire's batches, seen through NET_RX (not a goal)
+		softirqs := "-"
+		if p.Bench == BenchLatency {
+			softirqs = fmt.Sprintf("%.1f", p.RxSoftirqsPerS/1e3)
+			if r.Measured != nil && r.Measured.RxSoftirqsPerS != nil {
+				softirqs += fmt.Sprintf(" | %.1f (%.1f-%.1f)", r.Measured.RxSoftirqsPerS.Median/1e3, r.Measured.RxSoftirqsPerS.Min/1e3, r.Measured.RxSoftirqsPerS.Max/1e3)
+			}
+		}
 		mode := p.Mode
 		if r.Calibration {
 			mode += " (calibration)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Bench, mode, rateName(p.RatePPS), p.Flows, p50, p99, del, busy, skipped)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Bench, mode, rateName(p.RatePPS), p.Flows, p50, p99, del, busy, skipped, softirqs)
 	}
 	tw.Flush()
 	if len(rows) > 0 && rows[0].Measured != nil {

@@ -35,6 +35,10 @@ type MeasuredCase struct {
 	// SkippedPPS: background the generator skipped (the bench's
 	// bg_skipped_pps; not a goal, shown beside the twin's skipped_pps).
 	SkippedPPS *Spread `json:"skipped_pps,omitempty"`
+	// RxSoftirqsPerS: NET_RX softirqs a second on the receive CPU (the
+	// bench's per-repetition net_rx_per_sec from /proc/softirqs; not a
+	// goal, shown beside the twin's rx_softirqs_per_s).
+	RxSoftirqsPerS *Spread `json:"rx_softirqs_per_s,omitempty"`
 	// RxUsPerPktReps: RxUsPerPkt per repetition, in the run's order (a
 	// bench report's; nil otherwise), so that two modes of one run can be
 	// compared repetition by repetition.
@@ -88,8 +92,9 @@ type benchReport struct {
 			BgSentPPS float64 `json:"bg_sent_pps"`
 			RxUsPerBg float64 `json:"rx_cpu_us_per_bg_pkt"`
 			CPUs      []struct {
-				CPU     int     `json:"cpu"`
-				BusyPct float64 `json:"busy_pct"`
+				CPU       int     `json:"cpu"`
+				BusyPct   float64 `json:"busy_pct"`
+				NetRxPerS float64 `json:"net_rx_per_sec"`
 			} `json:"cpus"`
 		} `json:"reps"`
 	} `json:"cases"`
@@ -158,20 +163,27 @@ func LoadMeasured(path string) (*Measured, error) {
 		if rate > 0 {
 			mc.DeliveredPPS, mc.RxUsPerPkt, mc.SkippedPPS = c.BgDeliveredPPS, c.RxCPUUsPerBg, c.BgSkippedPPS
 		}
-		var app []float64
+		var app, netRx []float64
 		for _, r := range c.Reps {
 			if rate > 0 {
 				mc.RxUsPerPktReps = append(mc.RxUsPerPktReps, r.RxUsPerBg)
 			}
 			for _, u := range r.CPUs {
-				if u.CPU == m.AppCPU {
+				switch u.CPU {
+				case m.AppCPU:
 					app = append(app, u.BusyPct)
+				case m.RxCPU:
+					netRx = append(netRx, u.NetRxPerS)
 				}
 			}
 		}
 		if len(app) > 0 {
 			s := spreadOf(app)
 			mc.AppBusyPct = &s
+		}
+		if len(netRx) > 0 {
+			s := spreadOf(netRx)
+			mc.RxSoftirqsPerS = &s
 		}
 		m.Cases = append(m.Cases, mc)
 	}
@@ -416,7 +428,8 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		baseNote,
 		fmt.Sprintf("application CPU %d: %.0f ns per background packet: %s%s", n.AppCPU, n.AppNsPerPkt, appNote, appFitNote),
 		wakeNote,
-		"IPI 500 ns: not measured (falcon-vm.yaml's assumption)")
+		"IPI 500 ns: not measured (falcon-vm.yaml's assumption)",
+		"the wire polled by its NAPI kthread: polled again only once the softirq its poll raised has run the gro_cells and the backlog dry (kernel.threaded_nic); each such softirq is one of the receive CPU's NET_RX softirqs, shown beside the bench's")
 	for _, lm := range []struct {
 		mode string
 		dst  *float64
@@ -430,7 +443,11 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 			}
 			extra, how := laneExtraUs(l, v)
 			*lm.dst = round1(math.Max(0, extra*1000))
-			n.Notes = append(n.Notes, fmt.Sprintf("%s: %.0f ns per packet more receive-CPU time than vanilla at %.0f kpps in the same run (%s, %s), charged to the wire stage", lm.mode, *lm.dst, rate/1e3, m.Source, how))
+			where := "charged to the wire stage (the veth's copy, in its poll)"
+			if lm.mode == ModeLanesSync {
+				where = fmt.Sprintf("%.0f%% charged to the wire stage and the rest to the gro_cells' (where the traced lane's polls grew)", 100*syncWireShare)
+			}
+			n.Notes = append(n.Notes, fmt.Sprintf("%s: %.0f ns per packet more receive-CPU time than vanilla at %.0f kpps in the same run (%s, %s), %s", lm.mode, *lm.dst, rate/1e3, m.Source, how, where))
 			found = true
 			break
 		}

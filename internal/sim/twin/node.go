@@ -168,6 +168,13 @@ type Prediction struct {
 	// it fell more than 128 packets behind (the bench's
 	// bg_skipped_slots x 16 per second).
 	SkippedPPS float64 `json:"skipped_pps,omitempty"`
+	// RxSoftirqsPerS: NET_RX softirqs a second on the receive CPU (the
+	// request's, on a NIC node): on the testbed, whose wire is polled by
+	// its kthread, one per wire poll that passed packets to the softirq's
+	// stages, so it tells how the generator's batches reach the wire
+	// (whole, split or merged). Not a goal: shown beside the bench's
+	// count from /proc/softirqs.
+	RxSoftirqsPerS float64 `json:"rx_softirqs_per_s,omitempty"`
 	// HighLost: high-priority requests dropped in the model.
 	HighLost int64 `json:"high_lost,omitempty"`
 	// SteeredFraction: the share of the window the closed loop held the
@@ -255,6 +262,13 @@ func (n *Node) Scenario(c Case) (*sim.Scenario, error) {
 	return n.scenario(c, n.Scale)
 }
 
+// syncWireShare is the part of the sync lane's extra receive-CPU time
+// spent in the wire's poll; the rest is in the gro_cells' poll. Traced
+// (docs/sim.md, the sync lane's 300k miss: `trace napi --no-delays`, one
+// run per mode): the wire's polls took 100-170 ns a packet more with the
+// lane, the gro_cells' 80-110.
+const syncWireShare = 0.6
+
 func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 	cpus := n.CPUs
 	if c.CPUs > 0 {
@@ -265,10 +279,11 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		return nil, fmt.Errorf("%w: %d CPUs: the node's app CPU %d and receive CPU %d must exist", ErrInput, cpus, app, rx)
 	}
 	tr := n.Traced
-	wireNs := scale * tr.Wire.PerPacketNs
+	wireNs, groNs := scale*tr.Wire.PerPacketNs, scale*tr.GRO.PerPacketNs
 	switch c.Mode {
 	case ModeLanesSync:
-		wireNs += n.LaneSyncNs
+		wireNs += syncWireShare * n.LaneSyncNs
+		groNs += (1 - syncWireShare) * n.LaneSyncNs
 	case ModeLanesQueue:
 		if !c.NIC {
 			// the veth's skb-to-XDP copy; a NIC runs XDP on its own buffers
@@ -298,11 +313,13 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 		DurationMs:  float64(runMs),
 		WarmupMs:    warmMs,
 		CPUs:        cpus,
-		Kernel:      sim.Kernel{ISRNs: 0, IPINs: n.IPINs, WakeNs: n.WakeNs, PollNs: round1(scale * pn / math.Max(pw, 1))},
-		NIC:         sim.NIC{RSSCPUs: rss, RingSize: ring},
+		// the testbed's wire is polled by its NAPI kthread (the trace's
+		// rule above); a NIC node's driver NAPI is polled in the softirq
+		Kernel: sim.Kernel{ISRNs: 0, IPINs: n.IPINs, WakeNs: n.WakeNs, PollNs: round1(scale * pn / math.Max(pw, 1)), ThreadedNIC: !c.NIC},
+		NIC:    sim.NIC{RSSCPUs: rss, RingSize: ring},
 		Stages: []sim.StageSpec{
 			{Name: "wire", Kind: "nic", Cost: sim.Cost{Ns: round1(wireNs)}},
-			{Name: "vxlan", Kind: "gro", Cost: sim.Cost{Ns: round1(scale * tr.GRO.PerPacketNs)}},
+			{Name: "vxlan", Kind: "gro", Cost: sim.Cost{Ns: round1(groNs)}},
 			{Name: "veth", Kind: "backlog", Cost: sim.Cost{Ns: round1(scale * tr.Backlog.PerPacketNs)}},
 		},
 	}
@@ -495,6 +512,7 @@ func medianPrediction(ps []Prediction) Prediction {
 	med(func(p *Prediction) *float64 { return &p.AppBusyPct })
 	med(func(p *Prediction) *float64 { return &p.RxUsPerPkt })
 	med(func(p *Prediction) *float64 { return &p.SkippedPPS })
+	med(func(p *Prediction) *float64 { return &p.RxSoftirqsPerS })
 	out.HighLost = 0
 	var sf []float64
 	for _, p := range ps {
@@ -541,6 +559,7 @@ func (n *Node) predictRun(c Case, sc *sim.Scenario) Prediction {
 		switch cr.ID {
 		case rxCPU:
 			p.RxBusyPct = busy
+			p.RxSoftirqsPerS = float64(cr.NetRx) / r.WindowS
 		case n.AppCPU:
 			p.AppBusyPct = busy
 		}

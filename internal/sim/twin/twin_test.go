@@ -79,8 +79,7 @@ func TestCalibrateTraceThreadedWire(t *testing.T) {
 // knownMisses are the goals the model does not meet (docs/sim.md, "The
 // twin": the sync lane's 300k p50 and p99, the queue lane's 300k p99;
 // rankings where the model orders two modes as the measured medians do,
-// by more than their ranges overlap, and one where two modes the model
-// treats alike differ by 5 pps against ranges that touch). A new miss
+// by more than their ranges overlap). A new miss
 // fails the test, so every goal not listed is asserted met, among them
 // the ones the model's mechanisms brought in: the lanes' idle p99 (the
 // offpath's spread), the queue lane's 300k p50 (the generator's catch-up
@@ -92,19 +91,18 @@ var knownMisses = []string{
 	"latency lanes-sync 300k p50_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p99_us",
-	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 300k p50_us vanilla vs lanes-sync",
-	"rank latency 300k p50_us vanilla vs lanes-queue",
+	"rank latency 300k p99_us vanilla vs lanes-queue",
+	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k p99_us lanes-sync vs lanes-queue",
-	"rank throughput 250k delivered_pps vanilla vs steer-dynamic",
 }
 
 // Floors: what TestOutOfSample reaches (docs/sim.md's validation table);
 // fewer fails it.
 const (
 	floorGoals = 34 // of 37
-	floorRanks = 22 // of 28
+	floorRanks = 23 // of 28
 )
 
 // TestOutOfSample calibrates once and predicts every other measured case
@@ -271,14 +269,14 @@ var allRawMisses = []string{
 // Vanilla's 300k p50 is 72 us in the model, 45 measured.
 var ipisMisses = []string{
 	"latency vanilla 150k p99_us",
+	"latency lanes-sync 150k p99_us",
 	"latency vanilla 300k p50_us",
+	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
-	"rank latency 150k p99_us vanilla vs lanes-sync",
+	"rank latency 150k p99_us vanilla vs lanes-queue",
 	"rank latency 300k p50_us vanilla vs lanes-sync",
-	"rank latency 150k p50_us lanes-sync vs lanes-queue",
-	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k p50_us lanes-sync vs lanes-queue",
 }
 
@@ -287,15 +285,18 @@ var ipisMisses = []string{
 // 43 us), the lanes' in the fast one (0.04-0.13, 29 us). The queue lane
 // at 300k saturated the receive CPU (96%; 176 us measured, 68 in the
 // model) and was slower than vanilla, which the model does not rank.
+// With the wire's kthread modelled (kernel.threaded_nic) the model's
+// vanilla takes the flood in fewer, larger polls, and its 300k p99 fell
+// below the range (159 us against 183-268), as on ipis and pm.
 var slowMisses = []string{
 	"latency lanes-queue 100k p50_us",
 	"latency lanes-queue 150k p50_us",
+	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 300k p50_us vanilla vs lanes-queue",
 	"rank latency 300k p99_us vanilla vs lanes-queue",
-	"rank latency 300k delivered_pps vanilla vs lanes-queue",
 }
 
 // oosMisses: the run after the two mechanisms of that session were
@@ -304,13 +305,14 @@ var slowMisses = []string{
 // p50 207 us, the model 86) and was slower than vanilla; vanilla's 300k
 // p50 ranged 43-100 us over the repetitions (the model 93).
 var oosMisses = []string{
+	"latency vanilla 150k p50_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
 	"rank latency 150k p99_us vanilla vs lanes-sync",
-	"rank latency 300k p50_us vanilla vs lanes-sync",
 	"rank latency 300k p50_us vanilla vs lanes-queue",
+	"rank latency 300k delivered_pps vanilla vs lanes-queue",
 	"rank latency 100k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
@@ -320,18 +322,17 @@ var oosMisses = []string{
 // and the lanes' cost paired (13:35 UTC, the same VM; its light traces
 // in polls-light.json). At 300k the lanes were slower than vanilla (p50
 // 66 and 204 us against 51: the receive CPU 94% and 96% busy against
-// 88%), where the model has the sync lane faster (52 against 81) and the
-// queue lane unsaturated (75).
+// 88%), where the model has vanilla at 74, the sync lane at 58 (met) and
+// the queue lane unsaturated (75).
 var pmMisses = []string{
 	"latency vanilla 150k p99_us",
 	"latency vanilla 300k p50_us",
-	"latency lanes-sync 300k p50_us",
+	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p99_us vanilla vs lanes-sync",
 	"rank latency 300k p50_us vanilla vs lanes-sync",
-	"rank latency 300k p50_us vanilla vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 }
@@ -344,12 +345,9 @@ var allRaw2Misses = []string{
 	"latency vanilla 150k p50_us",
 	"latency lanes-sync 150k p50_us",
 	"latency lanes-queue 150k p50_us",
-	"latency vanilla 300k p50_us",
-	"latency lanes-sync 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
 	"rank latency 150k p99_us vanilla vs lanes-sync",
 	"rank latency 300k p99_us vanilla vs lanes-queue",
-	"rank latency 100k p99_us lanes-sync vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 300k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k delivered_pps lanes-sync vs lanes-queue",
@@ -374,30 +372,30 @@ func TestRawAgentsRuns(t *testing.T) {
 		goals, ranks             int
 		misses                   []string // the run's known misses
 	}{
-		{"raw-1127", 2000, 9000, 3000, 20, 23, rawLoadedMisses},
+		{"raw-1127", 2000, 9000, 3000, 20, 22, append(slices.Clone(rawLoadedMisses), "rank latency 300k p99_us vanilla vs lanes-queue")},
 		// the quieter run: vanilla's and the queue lane's 300k p99s
 		// within 1 us in the model, measured 99 (99-105) and 109
 		// (107-118): the queue lane's extra receive-CPU cost shows in
 		// its tail there, not in the model's
-		{"raw2-1127", 1000, 11000, 4000, 19, 22, append(slices.Clone(rawLoadedMisses), "latency lanes-queue 150k p99_us", "rank latency 300k p99_us lanes-sync vs lanes-queue")},
+		{"raw2-1127", 1000, 11000, 4000, 20, 20, append(slices.Clone(rawLoadedMisses), "rank latency 300k p50_us vanilla vs lanes-queue", "rank latency 300k p99_us lanes-sync vs lanes-queue", "rank latency 300k delivered_pps lanes-sync vs lanes-queue")},
 		// the generator and the sink in raw calls too (07:03 and 07:11
 		// UTC, a slower VM than the runs above: the receive CPU 90-97%
 		// busy at 300k); the misses are their own, above
 		{"allraw-1127", 1000, 10000, 15000, 25, 21, allRawMisses},
-		{"allraw2-1127", 1000, 14000, 14000, 19, 16, allRaw2Misses},
+		{"allraw2-1127", 1000, 14000, 14000, 21, 17, allRaw2Misses},
 		// a later run on a fresh VM whose compare counts the
 		// application CPU's IPIs per request (10:05 UTC): every idle
 		// repetition in the race's fast state (28 us)
-		{"ipis-1127", 1000, 10000, 11000, 24, 17, ipisMisses},
+		{"ipis-1127", 1000, 10000, 11000, 22, 19, ipisMisses},
 		// the run after it, vanilla's idle in the race's slow state
 		// (Node.IdleSlowUs)
-		{"slow-1127", 2000, 13000, 4000, 23, 20, slowMisses},
+		{"slow-1127", 2000, 13000, 4000, 22, 21, slowMisses},
 		// the out-of-sample run of both mechanisms (fast idle: 0.27
 		// IPIs per request, the median of 0.18-0.57)
-		{"oos-1127", 1000, 14000, 11000, 25, 16, oosMisses},
+		{"oos-1127", 1000, 14000, 11000, 24, 16, oosMisses},
 		// the out-of-sample run of the model's five seeds and the
 		// paired lane cost (13:35 UTC, the same VM)
-		{"pm-1127", 0, 13000, 11000, 22, 18, pmMisses},
+		{"pm-1127", 0, 13000, 11000, 22, 19, pmMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
@@ -799,6 +797,71 @@ func TestWakePreemptFromWakeRace(t *testing.T) {
 		}
 		if n.WakePreemptNs != c.want {
 			t.Errorf("%s: wake preempt %.0f ns, want %.0f", c.name, n.WakePreemptNs, c.want)
+		}
+	}
+}
+
+// TestSoftirqsBesideMeasured: the bench's NET_RX count of the receive CPU
+// (per repetition) is read and shown beside the twin's.
+func TestSoftirqsBesideMeasured(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "b.json")
+	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"options":{"reps":3},"cases":[
+	 {"path":"overlay","load":"busy","bg_rate_pps":100000,"p50_us":{"median":41,"min":39,"max":44},"p99_us":{"median":66,"min":62,"max":74},
+	  "bg_delivered_pps":{"median":100000,"min":100000,"max":100000},"reps":[
+	   {"cpus":[{"cpu":0,"busy_pct":36,"net_rx_per_sec":900},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14300}]},
+	   {"cpus":[{"cpu":0,"busy_pct":37,"net_rx_per_sec":950},{"cpu":1,"busy_pct":35,"net_rx_per_sec":14200}]},
+	   {"cpus":[{"cpu":0,"busy_pct":35,"net_rx_per_sec":990},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14400}]}]}]}`
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadMeasured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1})
+	if s := c.RxSoftirqsPerS; s == nil || s.Median != 14300 || s.Min != 14200 || s.Max != 14400 {
+		t.Fatalf("receive CPU's softirqs %+v, want 14300 (14200-14400): CPU 1's, not CPU 0's", s)
+	}
+	var sb strings.Builder
+	WriteTable(&sb, []Row{{Prediction: Prediction{Case: Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}, RxSoftirqsPerS: 14000}, Measured: &c}})
+	if out := sb.String(); !strings.Contains(out, "rx softirqs k/s") || !strings.Contains(out, "14.0 | 14.3 (14.2-14.4)") {
+		t.Errorf("table lacks the softirqs beside the measured ones:\n%s", out)
+	}
+}
+
+// TestWireBatchesThroughSoftirqs: the model's wire takes the generator's
+// batches as the real one does, seen untraced through the receive CPU's
+// NET_RX softirqs (one per wire poll): on pm-1127 at 100k and 150k
+// vanilla splits them (14.3k and 18.2k a second), the queue lane's
+// slower wire takes them whole (8.2k, 10.3k), the sync lane splits them
+// still (13.0k, 16.9k: its requests raise none). Within 10% of each
+// measured median; without the kthread's polling order (the wire in the
+// softirq's round robin) the model runs 2.5 times as many softirqs.
+func TestWireBatchesThroughSoftirqs(t *testing.T) {
+	dir := filepath.Join(testdata, "pm-1127")
+	m, err := LoadMeasured(filepath.Join(dir, "compare.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := CalibrateWith(filepath.Join(dir, "trace.json.gz"), []*Measured{m}, 100e3,
+		Extras{Pacer: filepath.Join(dir, "pacelat-100000.json"), Stalls: filepath.Join(dir, "spingap-rx.json"), WakeRace: filepath.Join(dir, "wake-race.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{ModeVanilla, ModeLanesSync, ModeLanesQueue} {
+		for _, rate := range []float64{100e3, 150e3} {
+			c := Case{Bench: BenchLatency, Mode: mode, RatePPS: rate, Flows: 1}
+			meas, ok := m.Find(c)
+			if !ok || meas.RxSoftirqsPerS == nil {
+				t.Fatalf("%s %.0f: no measured softirqs", mode, rate)
+			}
+			p, err := n.Predict(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := p.RxSoftirqsPerS/meas.RxSoftirqsPerS.Median - 1; math.Abs(e) > 0.10 {
+				t.Errorf("%s %.0fk: %.1fk softirqs a second predicted, %.1fk measured (%+.0f%%)", mode, rate/1e3, p.RxSoftirqsPerS/1e3, meas.RxSoftirqsPerS.Median/1e3, 100*e)
+			}
 		}
 	}
 }
