@@ -256,8 +256,8 @@ type cpu struct {
 
 	acct, acct0  [nKinds]int64
 	netRx, irqs  int64
-	ringLast     bool // threaded rings: the last poll was a ring's (or none yet in this net_rx_action)
 	netRx0, irq0 int64
+	ringLast     bool // threaded rings: the last poll was a ring's (or none yet in this net_rx_action)
 	lastBusy     int64
 	load         float64
 }

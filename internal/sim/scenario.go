@@ -694,6 +694,10 @@ func (s *Scenario) normalizePolicy() error {
 	if s.Repoll != "fig2" && s.Repoll != "kernel" {
 		return fmt.Errorf("repoll: %q is not one of fig2, kernel", s.Repoll)
 	}
+	if s.Kernel.ThreadedNIC && s.Policy != "vanilla" {
+		// PRISM's poll order is its own softirq's; its paper has no kthreads
+		return fmt.Errorf("kernel.threaded_nic: only the vanilla policy polls rings in kthreads (policy is %s)", s.Policy)
+	}
 	return nil
 }
 

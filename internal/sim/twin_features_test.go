@@ -512,5 +512,10 @@ func TestThreadedNIC(t *testing.T) {
 	if got := th.CPUs[1].NetRx; got == 0 || got > int64(ringsTh) {
 		t.Errorf("threaded: %d NET_RX softirqs for %d ring polls: want one at most per ring poll", got, ringsTh)
 	}
+	sc := twinBase()
+	sc.Policy, sc.Kernel.ThreadedNIC = "prism-sync", true
+	if err := sc.Normalize(); err == nil || !strings.Contains(err.Error(), "threaded_nic") {
+		t.Errorf("threaded_nic with PRISM's policy: %v, want an error naming it", err)
+	}
 	t.Logf("ring polls: round robin %d (%d between the others' polls), threaded %d; NET_RX %d and %d", ringsRR, nRR, ringsTh, rr.CPUs[1].NetRx, th.CPUs[1].NetRx)
 }

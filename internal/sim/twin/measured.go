@@ -92,9 +92,9 @@ type benchReport struct {
 			BgSentPPS float64 `json:"bg_sent_pps"`
 			RxUsPerBg float64 `json:"rx_cpu_us_per_bg_pkt"`
 			CPUs      []struct {
-				CPU       int     `json:"cpu"`
-				BusyPct   float64 `json:"busy_pct"`
-				NetRxPerS float64 `json:"net_rx_per_sec"`
+				CPU       int      `json:"cpu"`
+				BusyPct   float64  `json:"busy_pct"`
+				NetRxPerS *float64 `json:"net_rx_per_sec"` // nil in reports older than the field
 			} `json:"cpus"`
 		} `json:"reps"`
 	} `json:"cases"`
@@ -173,7 +173,9 @@ func LoadMeasured(path string) (*Measured, error) {
 				case m.AppCPU:
 					app = append(app, u.BusyPct)
 				case m.RxCPU:
-					netRx = append(netRx, u.NetRxPerS)
+					if u.NetRxPerS != nil {
+						netRx = append(netRx, *u.NetRxPerS)
+					}
 				}
 			}
 		}
@@ -429,7 +431,7 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		fmt.Sprintf("application CPU %d: %.0f ns per background packet: %s%s", n.AppCPU, n.AppNsPerPkt, appNote, appFitNote),
 		wakeNote,
 		"IPI 500 ns: not measured (falcon-vm.yaml's assumption)",
-		"the wire polled by its NAPI kthread: polled again only once the softirq its poll raised has run the gro_cells and the backlog dry (kernel.threaded_nic); each such softirq is one of the receive CPU's NET_RX softirqs, shown beside the bench's")
+		"the testbed's wire (not --nic's driver NAPI) polled by its NAPI kthread: polled again only once the softirq its poll raised has run the gro_cells and the backlog dry (kernel.threaded_nic); each such softirq is one of the receive CPU's NET_RX softirqs, shown beside the bench's")
 	for _, lm := range []struct {
 		mode string
 		dst  *float64

@@ -337,6 +337,23 @@ var pmMisses = []string{
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 }
 
+// eveMisses: the run after the wire's kthread was modelled (16:03 UTC,
+// out of sample for it). The model saturates the queue lane at 300k as
+// measured (99% busy against 97%, delivered within 10%) but its p50
+// (360 us) is short of the measured 922; every 300k p50 and p99 is low.
+var eveMisses = []string{
+	"latency lanes-queue idle p99_us",
+	"latency vanilla 300k p50_us",
+	"latency vanilla 300k p99_us",
+	"latency lanes-sync 300k p50_us",
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 150k p50_us vanilla vs lanes-sync",
+	"rank latency 300k p99_us vanilla vs lanes-queue",
+	"rank latency 150k p99_us lanes-sync vs lanes-queue",
+}
+
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency lanes-queue idle p50_us",
@@ -358,7 +375,8 @@ var allRaw2Misses = []string{
 // 05:04 UTC, the prober and the echo server in raw calls,
 // testdata/twin/raw-1127 and raw2-1127; at 07:03 and 07:11, every agent,
 // allraw-1127 and allraw2-1127; at 10:05, 10:58 and 11:22 on a fresh VM,
-// ipis-1127, slow-1127 and oos-1127, and at 13:35, pm-1127, whose compare runs count the
+// ipis-1127, slow-1127 and oos-1127, at 13:35, pm-1127, and at 16:03,
+// eve-1127, whose compare runs count the
 // application CPU's IPIs per request: trace, bench compare, micro-benchmarks and
 // wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
@@ -369,43 +387,50 @@ func TestRawAgentsRuns(t *testing.T) {
 	for _, c := range []struct {
 		name                     string
 		wakePath, preempt, appOn float64
+		idleSlow                 float64 // Node.IdleSlowUs: vanilla's idle in the race's slow state
 		goals, ranks             int
 		misses                   []string // the run's known misses
 	}{
-		{"raw-1127", 2000, 9000, 3000, 20, 22, append(slices.Clone(rawLoadedMisses), "rank latency 300k p99_us vanilla vs lanes-queue")},
+		{"raw-1127", 2000, 9000, 3000, 0, 20, 22, append(slices.Clone(rawLoadedMisses), "rank latency 300k p99_us vanilla vs lanes-queue")},
 		// the quieter run: vanilla's and the queue lane's 300k p99s
 		// within 1 us in the model, measured 99 (99-105) and 109
 		// (107-118): the queue lane's extra receive-CPU cost shows in
 		// its tail there, not in the model's
-		{"raw2-1127", 1000, 11000, 4000, 20, 20, append(slices.Clone(rawLoadedMisses), "rank latency 300k p50_us vanilla vs lanes-queue", "rank latency 300k p99_us lanes-sync vs lanes-queue", "rank latency 300k delivered_pps lanes-sync vs lanes-queue")},
+		{"raw2-1127", 1000, 11000, 4000, 0, 20, 20, append(slices.Clone(rawLoadedMisses), "rank latency 300k p50_us vanilla vs lanes-queue", "rank latency 300k p99_us lanes-sync vs lanes-queue", "rank latency 300k delivered_pps lanes-sync vs lanes-queue")},
 		// the generator and the sink in raw calls too (07:03 and 07:11
 		// UTC, a slower VM than the runs above: the receive CPU 90-97%
 		// busy at 300k); the misses are their own, above
-		{"allraw-1127", 1000, 10000, 15000, 25, 21, allRawMisses},
-		{"allraw2-1127", 1000, 14000, 14000, 21, 17, allRaw2Misses},
+		{"allraw-1127", 1000, 10000, 15000, 0, 25, 21, allRawMisses},
+		{"allraw2-1127", 1000, 14000, 14000, 0, 21, 17, allRaw2Misses},
 		// a later run on a fresh VM whose compare counts the
 		// application CPU's IPIs per request (10:05 UTC): every idle
 		// repetition in the race's fast state (28 us)
-		{"ipis-1127", 1000, 10000, 11000, 22, 19, ipisMisses},
+		{"ipis-1127", 1000, 10000, 11000, 0, 22, 19, ipisMisses},
 		// the run after it, vanilla's idle in the race's slow state
 		// (Node.IdleSlowUs)
-		{"slow-1127", 2000, 13000, 4000, 22, 21, slowMisses},
+		{"slow-1127", 2000, 13000, 4000, 11, 22, 21, slowMisses},
 		// the out-of-sample run of both mechanisms (fast idle: 0.27
 		// IPIs per request, the median of 0.18-0.57)
-		{"oos-1127", 1000, 14000, 11000, 24, 16, oosMisses},
+		{"oos-1127", 1000, 14000, 11000, 0, 24, 16, oosMisses},
 		// the out-of-sample run of the model's five seeds and the
 		// paired lane cost (13:35 UTC, the same VM)
-		{"pm-1127", 0, 13000, 11000, 22, 19, pmMisses},
+		{"pm-1127", 0, 13000, 11000, 0, 22, 19, pmMisses},
+		// the out-of-sample run of the wire's kthread and the sync
+		// lane's split cost (16:03 UTC, the same VM, slower: vanilla
+		// 93% busy at 300k); one idle vanilla repetition in the race's
+		// slow state (1.27 IPIs per request, 65 us) makes its median
+		// the slow state's
+		{"eve-1127", 0, 10000, 11000, 10, 21, 20, eveMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
 			if math.Abs(n.WakePreemptNs-c.preempt) > 1 || n.AppWakePathNs == nil || math.Abs(*n.AppWakePathNs-c.appOn) > 1 {
 				t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want %.0f and %.0f from the file", n.WakePreemptNs, n.AppWakePathNs, c.preempt, c.appOn)
 			}
-			// only slow-1127's idle vanilla counted the IPIs of the
-			// race's slow state (the earlier runs counted none)
-			if slow := c.name == "slow-1127"; slow != (n.IdleSlowUs == 11) || !slow && n.IdleSlowUs != 0 {
-				t.Errorf("idle slow state %.1f us, want 11 on slow-1127 only", n.IdleSlowUs)
+			// only slow-1127's and eve-1127's idle vanilla counted the
+			// IPIs of the race's slow state (the earlier runs counted none)
+			if math.Abs(n.IdleSlowUs-c.idleSlow) > 0.05 {
+				t.Errorf("idle slow state %.1f us, want %.0f", n.IdleSlowUs, c.idleSlow)
 			}
 		})
 	}
@@ -821,6 +846,18 @@ func TestSoftirqsBesideMeasured(t *testing.T) {
 	c, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1})
 	if s := c.RxSoftirqsPerS; s == nil || s.Median != 14300 || s.Min != 14200 || s.Max != 14400 {
 		t.Fatalf("receive CPU's softirqs %+v, want 14300 (14200-14400): CPU 1's, not CPU 0's", s)
+	}
+	// a report older than the count: no softirqs, rather than zeros
+	old := strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(body, `,"net_rx_per_sec":14300`, ""), `,"net_rx_per_sec":14200`, ""), `,"net_rx_per_sec":14400`, "")
+	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mo, err := LoadMeasured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co, _ := mo.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}); co.RxSoftirqsPerS != nil {
+		t.Errorf("a report without net_rx_per_sec gave softirqs %+v", co.RxSoftirqsPerS)
 	}
 	var sb strings.Builder
 	WriteTable(&sb, []Row{{Prediction: Prediction{Case: Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}, RxSoftirqsPerS: 14000}, Measured: &c}})
