@@ -436,11 +436,10 @@ func TestRawAgentsRuns(t *testing.T) {
 	}
 }
 
-// validateDay calibrates from one committed live run (dir under
-// testdata/twin) at 100k and validates it: the wake-up's on-path part
-// must be wakePath ns, the misses within known, every delivered rate
-// within 15%, and at least goals of 28 goals and ranks rankings met.
-func validateDay(t *testing.T, name string, wakePath float64, known []string, goals, ranks int) *Node {
+// calibrateDay calibrates the twin from one committed live run (a
+// directory under testdata/twin, as scripts/twin-validate writes it) at
+// 100k, and returns it with the run's measured cases.
+func calibrateDay(t *testing.T, name string) (*Node, *Measured) {
 	t.Helper()
 	dir := filepath.Join(testdata, name)
 	m, err := LoadMeasured(filepath.Join(dir, "compare.json"))
@@ -452,6 +451,16 @@ func validateDay(t *testing.T, name string, wakePath float64, known []string, go
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n, m
+}
+
+// validateDay calibrates from one committed live run (dir under
+// testdata/twin) at 100k and validates it: the wake-up's on-path part
+// must be wakePath ns, the misses within known, every delivered rate
+// within 15%, and at least goals of 28 goals and ranks rankings met.
+func validateDay(t *testing.T, name string, wakePath float64, known []string, goals, ranks int) *Node {
+	t.Helper()
+	n, m := calibrateDay(t, name)
 	if n.WakePathNs == nil || math.Abs(*n.WakePathNs-wakePath) > 1 {
 		t.Fatalf("wake-up on the path %v ns, want the file's %.0f", n.WakePathNs, wakePath)
 	}
@@ -494,14 +503,7 @@ func TestPredictionIsDeterministic(t *testing.T) {
 }
 
 func TestErrorsNameTheInput(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return writeTemp(t, name, body) }
 	docs, err := LoadMeasured(filepath.Join(testdata, "measured-docs.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -511,7 +513,7 @@ func TestErrorsNameTheInput(t *testing.T) {
 		run        func() error
 	}{
 		{"missing trace", "read trace", func() error {
-			_, err := Calibrate(filepath.Join(dir, "nope.json"), []*Measured{docs}, 150e3)
+			_, err := Calibrate(filepath.Join(t.TempDir(), "nope.json"), []*Measured{docs}, 150e3)
 			return err
 		}},
 		{"not a trace", "not a 'rxlane trace napi --json' report", func() error {
@@ -578,15 +580,11 @@ func TestMeasuredFromBenchReport(t *testing.T) {
 // the case's measured skipped rate and printed beside the prediction's
 // (mechanism 5; not a goal); an idle case has none.
 func TestSkippedBesideMeasured(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "b.json")
 	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"options":{"reps":5},"cases":[
 	 {"path":"overlay","load":"idle","p50_us":{"median":44,"min":40,"max":48},"p99_us":{"median":70,"min":60,"max":90},"bg_skipped_pps":{"median":0,"min":0,"max":0}},
 	 {"path":"overlay","load":"busy","bg_rate_pps":300000,"p50_us":{"median":30,"min":29,"max":31},"p99_us":{"median":116,"min":112,"max":118},
 	  "bg_delivered_pps":{"median":298000,"min":297000,"max":299000},"bg_skipped_pps":{"median":4200,"min":3000,"max":5100}}]}`
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := LoadMeasured(p)
+	m, err := LoadMeasured(writeTemp(t, "b.json", body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,25 +606,18 @@ func TestSkippedBesideMeasured(t *testing.T) {
 // TestMeasuredFromThroughputCompare maps bench throughput --compare's
 // variants to the twin's modes and skips the ones it does not model.
 func TestMeasuredFromThroughputCompare(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "tc.json")
 	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"reps":5,"points":[
 	 {"variant":"vanilla","flows":1,"offered_pps":150000,"delivered_pps":{"median":149000,"min":148000,"max":149500}},
 	 {"variant":"static","flows":1,"offered_pps":150000,"delivered_pps":{"median":148000,"min":145000,"max":149000}},
 	 {"variant":"cpumap","flows":1,"offered_pps":150000,"delivered_pps":{"median":1,"min":1,"max":1}}]}`
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := LoadMeasured(p)
+	m, err := LoadMeasured(writeTemp(t, "tc.json", body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(m.Cases) != 2 || m.Cases[1].Mode != ModeSteerStatic || m.Cases[1].Bench != BenchThroughput || m.Cases[1].DeliveredPPS.Min != 145000 {
 		t.Fatalf("%+v", m.Cases)
 	}
-	if err := os.WriteFile(p, []byte(strings.Replace(body, `"nic"`, `"rxcore"`, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadMeasured(p); err == nil || !strings.Contains(err.Error(), "layout rxcore") {
+	if _, err := LoadMeasured(writeTemp(t, "tc.json", strings.Replace(body, `"nic"`, `"rxcore"`, 1))); err == nil || !strings.Contains(err.Error(), "layout rxcore") {
 		t.Fatalf("rxcore accepted: %v", err)
 	}
 }
@@ -759,14 +750,7 @@ func TestNICNodePrediction(t *testing.T) {
 // time on the receive CPU minus the smallest loaded one; a file without
 // both, or with too few requests, or of another format is refused by name.
 func TestWakeRaceFile(t *testing.T) {
-	dir := t.TempDir()
-	write := func(body string) string {
-		p := filepath.Join(dir, "w.json")
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(body string) string { return writeTemp(t, "w.json", body) }
 	load := func(name string, n int, rx float64) string {
 		return fmt.Sprintf(`{"load":%q,"requests":%d,"segments_us":{"rx_cpu":%g}}`, name, n, rx)
 	}
@@ -829,17 +813,13 @@ func TestWakePreemptFromWakeRace(t *testing.T) {
 // TestSoftirqsBesideMeasured: the bench's NET_RX count of the receive CPU
 // (per repetition) is read and shown beside the twin's.
 func TestSoftirqsBesideMeasured(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "b.json")
 	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"options":{"reps":3},"cases":[
 	 {"path":"overlay","load":"busy","bg_rate_pps":100000,"p50_us":{"median":41,"min":39,"max":44},"p99_us":{"median":66,"min":62,"max":74},
 	  "bg_delivered_pps":{"median":100000,"min":100000,"max":100000},"reps":[
 	   {"cpus":[{"cpu":0,"busy_pct":36,"net_rx_per_sec":900},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14300}]},
 	   {"cpus":[{"cpu":0,"busy_pct":37,"net_rx_per_sec":950},{"cpu":1,"busy_pct":35,"net_rx_per_sec":14200}]},
 	   {"cpus":[{"cpu":0,"busy_pct":35,"net_rx_per_sec":990},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14400}]}]}]}`
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := LoadMeasured(p)
+	m, err := LoadMeasured(writeTemp(t, "b.json", body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -849,10 +829,7 @@ func TestSoftirqsBesideMeasured(t *testing.T) {
 	}
 	// a report older than the count: no softirqs, rather than zeros
 	old := strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(body, `,"net_rx_per_sec":14300`, ""), `,"net_rx_per_sec":14200`, ""), `,"net_rx_per_sec":14400`, "")
-	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mo, err := LoadMeasured(p)
+	mo, err := LoadMeasured(writeTemp(t, "b.json", old))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -875,16 +852,7 @@ func TestSoftirqsBesideMeasured(t *testing.T) {
 // measured median; without the kthread's polling order (the wire in the
 // softirq's round robin) the model runs 2.5 times as many softirqs.
 func TestWireBatchesThroughSoftirqs(t *testing.T) {
-	dir := filepath.Join(testdata, "pm-1127")
-	m, err := LoadMeasured(filepath.Join(dir, "compare.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := CalibrateWith(filepath.Join(dir, "trace.json.gz"), []*Measured{m}, 100e3,
-		Extras{Pacer: filepath.Join(dir, "pacelat-100000.json"), Stalls: filepath.Join(dir, "spingap-rx.json"), WakeRace: filepath.Join(dir, "wake-race.json")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, m := calibrateDay(t, "pm-1127")
 	for _, mode := range []string{ModeVanilla, ModeLanesSync, ModeLanesQueue} {
 		for _, rate := range []float64{100e3, 150e3} {
 			c := Case{Bench: BenchLatency, Mode: mode, RatePPS: rate, Flows: 1}
@@ -901,4 +869,15 @@ func TestWireBatchesThroughSoftirqs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// writeTemp writes body to a file called name in a directory of the
+// test's own and returns its path.
+func writeTemp(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
