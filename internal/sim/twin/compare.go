@@ -238,21 +238,25 @@ func WriteTable(w io.Writer, rows []Row) {
 		if r.Measured != nil && r.Measured.RxBusyPct != nil {
 			busy += fmt.Sprintf(" | %.0f", r.Measured.RxBusyPct.Median)
 		}
-		// the generator's skipped slots (mechanism 5): not a goal
+		// figures shown beside the measured ones, not goals, in thousands
+		shown := func(pred float64, measured func(*MeasuredCase) *Spread) string {
+			s := fmt.Sprintf("%.1f", pred/1e3)
+			if r.Measured != nil {
+				if m := measured(r.Measured); m != nil {
+					s += fmt.Sprintf(" | %.1f (%.1f-%.1f)", m.Median/1e3, m.Min/1e3, m.Max/1e3)
+				}
+			}
+			return s
+		}
+		// the generator's skipped slots (mechanism 5)
 		skipped := "-"
 		if p.RatePPS > 0 && p.Bench == BenchLatency {
-			skipped = fmt.Sprintf("%.1f", p.SkippedPPS/1e3)
-			if r.Measured != nil && r.Measured.SkippedPPS != nil {
-				skipped += fmt.Sprintf(" | %.1f (%.1f-%.1f)", r.Measured.SkippedPPS.Median/1e3, r.Measured.SkippedPPS.Min/1e3, r.Measured.SkippedPPS.Max/1e3)
-			}
+			skipped = shown(p.SkippedPPS, func(m *MeasuredCase) *Spread { return m.SkippedPPS })
 		}
-		// the wire's batches, seen through NET_RX (not a goal)
+		// the wire's batches, seen through NET_RX
 		softirqs := "-"
 		if p.Bench == BenchLatency {
-			softirqs = fmt.Sprintf("%.1f", p.RxSoftirqsPerS/1e3)
-			if r.Measured != nil && r.Measured.RxSoftirqsPerS != nil {
-				softirqs += fmt.Sprintf(" | %.1f (%.1f-%.1f)", r.Measured.RxSoftirqsPerS.Median/1e3, r.Measured.RxSoftirqsPerS.Min/1e3, r.Measured.RxSoftirqsPerS.Max/1e3)
-			}
+			softirqs = shown(p.RxSoftirqsPerS, func(m *MeasuredCase) *Spread { return m.RxSoftirqsPerS })
 		}
 		mode := p.Mode
 		if r.Calibration {
