@@ -83,7 +83,11 @@ the measured range; rankings). Beside them, not goals: the generator's
 skipped rate and the receive CPU's NET_RX softirqs a second (the bench
 reads /proc/softirqs; the wire's kthread raises one per poll that passes
 packets on, so the count tells whether the generator's batches of 16
-reach the wire whole, split or merged, in the model as measured).
+reach the wire whole, split or merged, in the model as measured) and its
+wake-ups a second (the times the model's CPU left idle, each paying the
+calibrated wake-up, beside the bench's idle entries from cpuidle, which
+under load count the same idle periods; at idle the polling state's time
+limit re-enters it within a period, so the bench counts more there).
 
 Modes: vanilla, lanes-sync, lanes-queue (bench compare's), steer-static,
 steer-dynamic (bench throughput --compare's, closed loop on). --rate 0 is

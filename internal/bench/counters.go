@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,10 @@ type CPUSample struct {
 	// ReschedIPIs, CallIPIs: the CPU's rescheduling and function-call
 	// interrupts (/proc/interrupts RES and CAL; 0 where it has none).
 	ReschedIPIs, CallIPIs uint64
+	// IdleEntries: the CPU's entries into its cpuidle states (the sum of
+	// /sys/devices/system/cpu/cpuN/cpuidle/state*/usage; 0 without
+	// cpuidle).
+	IdleEntries uint64
 }
 
 // HostSample is a snapshot of the machine-wide counters a run reads before
@@ -98,7 +103,35 @@ func SampleHost() (HostSample, error) {
 		}
 	}
 	readIPIs(s.CPUs)
+	readIdleEntries(cpuSysfs, s.CPUs)
 	return s, nil
+}
+
+// cpuSysfs is where the CPUs' sysfs directories are (a fake root in
+// tests).
+var cpuSysfs = "/sys/devices/system/cpu"
+
+// readIdleEntries fills cpus' IdleEntries from root/cpuN/cpuidle: every
+// time a CPU goes idle the idle loop enters one of its states (and
+// re-enters while it stays idle only when the polling state's time
+// limit, a tick, runs out), so their rate counts the CPU's idle periods:
+// how many of its wake-ups came from idle, untraced.
+func readIdleEntries(root string, cpus []CPUSample) {
+	for id := range cpus {
+		states, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf("cpu%d", id), "cpuidle", "state*", "usage"))
+		var n uint64
+		for _, st := range states {
+			b, err := os.ReadFile(st)
+			if err != nil {
+				continue
+			}
+			v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+			if err == nil {
+				n += v
+			}
+		}
+		cpus[id].IdleEntries = n
+	}
 }
 
 // readIPIs fills cpus' ReschedIPIs and CallIPIs from /proc/interrupts,
@@ -164,6 +197,10 @@ type CPUUsage struct {
 	// took (a wake-up from another CPU that could not just set the
 	// polling idle CPU's flag; on a VM each is a costly exit).
 	IPIsPerSec float64 `json:"ipis_per_sec"`
+	// IdleEntriesPerSec: the CPU's entries into idle a second (cpuidle
+	// states' usage; absent without cpuidle): how often it went idle and
+	// so paid a wake-up to work again.
+	IdleEntriesPerSec float64 `json:"idle_entries_per_sec,omitempty"`
 }
 
 // Usage returns per-CPU activity from a to b.
@@ -178,13 +215,14 @@ func Usage(a, b HostSample) []CPUUsage {
 		idle := float64(y.IdleTicks-x.IdleTicks) / userHZ
 		busy := 100 * (1 - idle/wall)
 		out = append(out, CPUUsage{
-			CPU:            i,
-			BusyPct:        clampPct(busy),
-			SoftirqPct:     clampPct(100 * float64(y.SoftirqTicks-x.SoftirqTicks) / userHZ / wall),
-			NetRXPerSec:    float64(y.NetRX-x.NetRX) / wall,
-			BacklogDrops:   y.BacklogDrops - x.BacklogDrops,
-			BudgetSqueezed: y.Squeezed - x.Squeezed,
-			IPIsPerSec:     float64(y.ReschedIPIs+y.CallIPIs-x.ReschedIPIs-x.CallIPIs) / wall,
+			CPU:               i,
+			BusyPct:           clampPct(busy),
+			SoftirqPct:        clampPct(100 * float64(y.SoftirqTicks-x.SoftirqTicks) / userHZ / wall),
+			NetRXPerSec:       float64(y.NetRX-x.NetRX) / wall,
+			BacklogDrops:      y.BacklogDrops - x.BacklogDrops,
+			BudgetSqueezed:    y.Squeezed - x.Squeezed,
+			IPIsPerSec:        float64(y.ReschedIPIs+y.CallIPIs-x.ReschedIPIs-x.CallIPIs) / wall,
+			IdleEntriesPerSec: float64(y.IdleEntries-x.IdleEntries) / wall,
 		})
 	}
 	return out

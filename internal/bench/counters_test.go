@@ -1,6 +1,10 @@
 package bench
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // TestParseIPIs: RES and CAL counts land on the CPU their column's header
 // names (CPU2 offline here: the columns are CPU0, CPU1, CPU3), other
@@ -37,5 +41,31 @@ TLB:     983294     993929        5   TLB shootdowns
 	b := HostSample{At: a.At.Add(2e9), CPUs: []CPUSample{{}, {ReschedIPIs: 110, CallIPIs: 105}}}
 	if u := Usage(a, b); u[1].IPIsPerSec != 100 {
 		t.Errorf("IPIs per second %v, want 100 (200 over 2 s)", u[1].IPIsPerSec)
+	}
+}
+
+// TestIdleEntries: a CPU's idle entries are the sum of its cpuidle
+// states' usage (a fake sysfs root: this VM's CPUs have two states, a
+// real root cannot be set to known counts); a CPU without cpuidle counts
+// 0, and Usage turns them into a rate.
+func TestIdleEntries(t *testing.T) {
+	root := t.TempDir()
+	for path, v := range map[string]string{"cpu0/cpuidle/state0/usage": "7\n", "cpu0/cpuidle/state1/usage": "35\n", "cpu2/cpuidle/state0/usage": "x\n"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, path), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cpus := make([]CPUSample, 3)
+	readIdleEntries(root, cpus)
+	if cpus[0].IdleEntries != 42 || cpus[1].IdleEntries != 0 || cpus[2].IdleEntries != 0 {
+		t.Errorf("idle entries %d %d %d, want 42 (7+35), 0 (no cpuidle) and 0 (unreadable)", cpus[0].IdleEntries, cpus[1].IdleEntries, cpus[2].IdleEntries)
+	}
+	a := HostSample{CPUs: []CPUSample{{IdleEntries: 100}}}
+	b := HostSample{At: a.At.Add(2e9), CPUs: []CPUSample{{IdleEntries: 5100}}}
+	if u := Usage(a, b); u[0].IdleEntriesPerSec != 2500 {
+		t.Errorf("idle entries per second %v, want 2500", u[0].IdleEntriesPerSec)
 	}
 }

@@ -26,7 +26,8 @@ const (
 	kIRQ = iota
 	kSoftirq
 	kApp
-	kStall // Kernel.Stalls: in no CPU share
+	kStall     // Kernel.Stalls on a CPU with work: CPUResult.Stall, busy
+	kStallIdle // Kernel.Stalls on an idle CPU: idle, in no share
 	nKinds
 )
 
@@ -257,9 +258,11 @@ type cpu struct {
 	acct, acct0  [nKinds]int64
 	netRx, irqs  int64
 	netRx0, irq0 int64
-	ringLast     bool // threaded rings: the last poll was a ring's (or none yet in this net_rx_action)
-	lastBusy     int64
-	load         float64
+	// wakes: times the CPU left idle for work (a wake-up paid)
+	wakes, wakes0 int64
+	ringLast      bool // threaded rings: the last poll was a ring's (or none yet in this net_rx_action)
+	lastBusy      int64
+	load          float64
 }
 
 const (
@@ -1144,6 +1147,7 @@ func (c *cpu) startThread(cost int64) {
 		cost += c.m.threadWakeLatNs
 		c.owedWake += c.m.threadWakeNs - c.m.threadWakeLatNs
 		c.waking = false
+		c.wakes++
 	}
 	c.start(lvlThread, cost, kApp)
 }
@@ -1206,7 +1210,15 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 		c.isrN, c.isIPI = n, false
 		d := c.stallQ[0]
 		c.stallQ = c.stallQ[1:]
-		c.start(lvlIRQ, d, kStall)
+		// /proc/stat counts a stall as the time of what it interrupted:
+		// the host's preemption (this VM reports no steal time) and an
+		// interrupt's exits are a busy CPU's time, and an idle CPU's
+		// idle time (and a tickless CPU takes no tick while idle)
+		kind := kStall
+		if c.idle() {
+			kind = kStallIdle
+		}
+		c.start(lvlIRQ, d, kind)
 		return
 	}
 	c.isrN, c.isIPI = n, ipi
@@ -1221,6 +1233,7 @@ func (c *cpu) startISR(n *napi, ipi bool) {
 		// goes idle
 		cost += c.m.wakeLatNs
 		c.owedWake += c.m.wakeNs - c.m.wakeLatNs
+		c.wakes++
 	}
 	c.start(lvlIRQ, cost, kIRQ)
 }

@@ -18,9 +18,23 @@ func WriteTable(w io.Writer, r *Result) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cpu\tirq %\tsoftirq %\tapp %\tidle %\tNET_RX\tIRQs\tksoftirqd\tsqueeze\t")
+	// a stall column only when a CPU stalls (kernel.stalls): the shares
+	// then add up to 100 with it
+	stalls := false
 	for _, c := range r.CPUs {
-		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t\n", c.ID, 100*c.IRQ, 100*c.Softirq, 100*c.App, 100*c.Idle, c.NetRx, c.IRQs, c.Ksoftirqd, c.Squeezed)
+		stalls = stalls || c.Stall > 0
+	}
+	stallHead := ""
+	if stalls {
+		stallHead = "stall %\t"
+	}
+	fmt.Fprintln(tw, "cpu\tirq %\tsoftirq %\tapp %\t"+stallHead+"idle %\tNET_RX\tIRQs\tksoftirqd\tsqueeze\t")
+	for _, c := range r.CPUs {
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.1f\t", c.ID, 100*c.IRQ, 100*c.Softirq, 100*c.App)
+		if stalls {
+			fmt.Fprintf(tw, "%.1f\t", 100*c.Stall)
+		}
+		fmt.Fprintf(tw, "%.1f\t%d\t%d\t%d\t%d\t\n", 100*c.Idle, c.NetRx, c.IRQs, c.Ksoftirqd, c.Squeezed)
 	}
 	tw.Flush()
 	if len(r.StageDel) > 0 {

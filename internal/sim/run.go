@@ -29,7 +29,7 @@ func (m *Model) Run() *Result {
 				c.acct0[c.slots[l].kind] += m.warm - c.slots[l].start
 			}
 		}
-		c.netRx0, c.irq0 = c.netRx, c.irqs
+		c.netRx0, c.irq0, c.wakes0 = c.netRx, c.irqs, c.wakes
 		c.ksoftirqd, c.squeezed = 0, 0
 	}
 	m.sim.RunUntil(m.end)

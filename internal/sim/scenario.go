@@ -129,8 +129,10 @@ type IdleEntry struct {
 // start is exponential: they never overlap), each lasting one of Us
 // (equally likely: an empirical distribution, e.g. what scripts/spingap
 // measures on a CPU), and preempt everything on the CPU (hard IRQs wait). Their time is
-// counted as neither busy nor idle work of the guest: it shows in no
-// CPU share (as steal time). CPUs: the CPUs they hit (default all).
+// not the guest's work: a stall that hits a CPU with work shows in its
+// stall share (CPUResult.Stall), busy time by /proc/stat (which counts
+// it as the interrupted task's; this VM reports no steal time), and one
+// that hits an idle CPU is idle time. CPUs: the CPUs they hit (default all).
 type Stalls struct {
 	PerS float64   `yaml:"per_s" json:"per_s"`
 	Us   []float64 `yaml:"us" json:"us"`

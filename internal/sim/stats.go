@@ -100,15 +100,25 @@ type Latency struct {
 
 // CPUResult splits one CPU's time over the measurement window.
 type CPUResult struct {
-	ID        int     `json:"id"`
-	IRQ       float64 `json:"irq"`
-	Softirq   float64 `json:"softirq"`
-	App       float64 `json:"app"`
-	Idle      float64 `json:"idle"`
-	NetRx     int64   `json:"net_rx_softirqs"`
-	IRQs      int64   `json:"irqs"`
-	Ksoftirqd int64   `json:"ksoftirqd_runs"`
-	Squeezed  int64   `json:"time_squeeze"`
+	ID      int     `json:"id"`
+	IRQ     float64 `json:"irq"`
+	Softirq float64 `json:"softirq"`
+	App     float64 `json:"app"`
+	// Stall: the CPU's time taken by Kernel.Stalls that hit it while it
+	// had work: not the guest's work, but busy time by /proc/stat (the
+	// time of what they interrupted; a busy share measured as 1 - idle /
+	// wall, the bench's, counts it). Stalls of an idle CPU are idle.
+	Stall float64 `json:"stall,omitempty"`
+	Idle  float64 `json:"idle"`
+	NetRx int64   `json:"net_rx_softirqs"`
+	// Wakes: times the CPU left idle for work (each paid a wake-up,
+	// Kernel.WakeNs or ThreadWakeNs): a real CPU enters idle as often,
+	// which its cpuidle states' usage counts (the bench's
+	// idle_entries_per_sec).
+	Wakes     int64 `json:"wakes"`
+	IRQs      int64 `json:"irqs"`
+	Ksoftirqd int64 `json:"ksoftirqd_runs"`
+	Squeezed  int64 `json:"time_squeeze"`
 }
 
 // StageResult counts drops and polls per NAPI instance name.
@@ -196,8 +206,8 @@ func (m *Model) result() *Result {
 				a[c.slots[l].kind] += m.end - c.slots[l].start
 			}
 		}
-		cr := CPUResult{ID: c.id, IRQ: float64(a[kIRQ]) / win, Softirq: float64(a[kSoftirq]) / win, App: float64(a[kApp]) / win, NetRx: c.netRx - c.netRx0, IRQs: c.irqs - c.irq0, Ksoftirqd: c.ksoftirqd, Squeezed: c.squeezed}
-		cr.Idle = math.Max(0, 1-cr.IRQ-cr.Softirq-cr.App)
+		cr := CPUResult{ID: c.id, IRQ: float64(a[kIRQ]) / win, Softirq: float64(a[kSoftirq]) / win, App: float64(a[kApp]) / win, Stall: float64(a[kStall]) / win, NetRx: c.netRx - c.netRx0, Wakes: c.wakes - c.wakes0, IRQs: c.irqs - c.irq0, Ksoftirqd: c.ksoftirqd, Squeezed: c.squeezed}
+		cr.Idle = math.Max(0, 1-cr.IRQ-cr.Softirq-cr.App-cr.Stall)
 		r.CPUs = append(r.CPUs, cr)
 		for _, n := range c.rings {
 			add(n)

@@ -256,8 +256,9 @@ func TestPacedSender(t *testing.T) {
 
 // TestStalls: stalls of 100 us, 1000 a second, take 10% of the receive
 // CPU away: a packet arriving in one waits for its end (on average 5 us
-// more), the CPU's shares do not show them, and a CPU they are not
-// configured for never stalls.
+// more); those that hit it idle are idle time, those that hit it busy
+// its stall share (busy, not work); and a CPU they are not configured
+// for never stalls.
 func TestStalls(t *testing.T) {
 	sc := twinBase()
 	sc.DurationMs = 2000
@@ -270,12 +271,43 @@ func TestStalls(t *testing.T) {
 	if math.Abs(f.Latency.Mean-6) > 0.5 || f.Latency.Max < 95 || f.Latency.Max > 202 {
 		t.Errorf("latency mean %.2f max %.1f us, want ~6 (1 + 10%% x 50) and 101-201", f.Latency.Mean, f.Latency.Max)
 	}
-	if busy := 1 - r.CPUs[1].Idle; math.Abs(busy-0.01) > 0.001 {
-		t.Errorf("CPU 1 busy %.4f, want 0.01 (the packets alone)", busy)
+	// the guest's work is the packets alone; the stalls that hit the CPU
+	// idle (~99% of them) are idle time, the rest busy time in the stall
+	// share (as /proc/stat counts them)
+	c := r.CPUs[1]
+	if work := c.IRQ + c.Softirq + c.App; math.Abs(work-0.01) > 0.001 || c.Stall <= 0 || c.Stall > 0.005 || math.Abs(1-c.Idle-work-c.Stall) > 1e-9 {
+		t.Errorf("CPU 1 work %.4f, stall %.4f, busy %.4f; want 0.01 (the packets alone), 0-0.005 and their sum", work, c.Stall, 1-c.Idle)
+	}
+	// a CPU that always has work: every stall is busy time, taken from
+	// the work
+	busy := twinBase()
+	busy.DurationMs = 2000
+	busy.Kernel.Stalls = &Stalls{PerS: 1000, Us: []float64{100}, CPUs: []int{1}}
+	one := 1
+	busy.Apps = []AppSpec{{Name: "hog", CPU: &one, Cost: Cost{Ns: 20000}, PeriodUs: 10}}
+	busy.Flows = []FlowSpec{{Name: "f", Path: []string{"wire"}, Arrival: Arrival{Type: "const", RatePps: 10}}}
+	rb := mustRun(t, busy)
+	c = rb.CPUs[1]
+	if math.Abs(c.Stall-0.1) > 0.01 || c.Idle > 1e-6 || math.Abs(c.App-0.9) > 0.01 {
+		t.Errorf("an always busy CPU 1: stall %.4f, idle %.4f, app %.4f; want 0.1, 0 and 0.9", c.Stall, c.Idle, c.App)
+	}
+	if rb.CPUs[0].Stall != 0 {
+		t.Errorf("CPU 0 stalled %.4f of the time, want 0 (not configured)", rb.CPUs[0].Stall)
+	}
+	var tab strings.Builder
+	WriteTable(&tab, rb)
+	if !strings.Contains(tab.String(), "stall %") {
+		t.Errorf("the table has no stall column:\n%s", tab.String())
 	}
 	sc.Kernel.Stalls.CPUs = []int{0}
 	if r := mustRun(t, sc); r.Flows[0].Latency.Max > 1.01 {
 		t.Errorf("stalls on CPU 0 delayed CPU 1's packets: max %.2f us", r.Flows[0].Latency.Max)
+	}
+	sc.Kernel.Stalls = nil
+	tab.Reset()
+	WriteTable(&tab, mustRun(t, sc))
+	if strings.Contains(tab.String(), "stall") {
+		t.Errorf("a stall column without stalls:\n%s", tab.String())
 	}
 	sc = twinBase()
 	sc.Kernel.Stalls = &Stalls{PerS: 0, Us: []float64{1}}

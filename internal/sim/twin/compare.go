@@ -207,7 +207,7 @@ func WriteTable(w io.Writer, rows []Row) {
 		return a.RatePPS < b.RatePPS
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "bench\tmode\tload\tflows\tp50 us\tp99 us\tdelivered kpps\trx busy %\tskipped kpps\trx softirqs k/s\t")
+	fmt.Fprintln(tw, "bench\tmode\tload\tflows\tp50 us\tp99 us\tdelivered kpps\trx busy %\tskipped kpps\trx softirqs k/s\trx wakes k/s\t")
 	for _, r := range rows {
 		p := r.Prediction
 		cell := func(stat string, pred float64, scale float64) string {
@@ -258,11 +258,16 @@ func WriteTable(w io.Writer, rows []Row) {
 		if p.Bench == BenchLatency {
 			softirqs = shown(p.RxSoftirqsPerS, func(m *MeasuredCase) *Spread { return m.RxSoftirqsPerS })
 		}
+		// the receive CPU's idle periods, seen through cpuidle
+		wakes := "-"
+		if p.Bench == BenchLatency {
+			wakes = shown(p.RxWakesPerS, func(m *MeasuredCase) *Spread { return m.RxIdleEntriesPerS })
+		}
 		mode := p.Mode
 		if r.Calibration {
 			mode += " (calibration)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Bench, mode, rateName(p.RatePPS), p.Flows, p50, p99, del, busy, skipped, softirqs)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Bench, mode, rateName(p.RatePPS), p.Flows, p50, p99, del, busy, skipped, softirqs, wakes)
 	}
 	tw.Flush()
 	if len(rows) > 0 && rows[0].Measured != nil {

@@ -39,6 +39,10 @@ type MeasuredCase struct {
 	// bench's per-repetition net_rx_per_sec from /proc/softirqs; not a
 	// goal, shown beside the twin's rx_softirqs_per_s).
 	RxSoftirqsPerS *Spread `json:"rx_softirqs_per_s,omitempty"`
+	// RxIdleEntriesPerS: the receive CPU's entries into idle a second
+	// (the bench's per-repetition idle_entries_per_sec, from cpuidle; not
+	// a goal, shown beside the twin's rx_wakes_per_s).
+	RxIdleEntriesPerS *Spread `json:"rx_idle_entries_per_s,omitempty"`
 	// RxUsPerPktReps: RxUsPerPkt per repetition, in the run's order (a
 	// bench report's; nil otherwise), so that two modes of one run can be
 	// compared repetition by repetition.
@@ -95,6 +99,8 @@ type benchReport struct {
 				CPU       int      `json:"cpu"`
 				BusyPct   float64  `json:"busy_pct"`
 				NetRxPerS *float64 `json:"net_rx_per_sec"` // nil in reports older than the field
+				// nil in reports older than the field, and without cpuidle
+				IdleEntriesPerS *float64 `json:"idle_entries_per_sec"`
 			} `json:"cpus"`
 		} `json:"reps"`
 	} `json:"cases"`
@@ -163,7 +169,7 @@ func LoadMeasured(path string) (*Measured, error) {
 		if rate > 0 {
 			mc.DeliveredPPS, mc.RxUsPerPkt, mc.SkippedPPS = c.BgDeliveredPPS, c.RxCPUUsPerBg, c.BgSkippedPPS
 		}
-		var app, netRx []float64
+		var app, netRx, idleIn []float64
 		for _, r := range c.Reps {
 			if rate > 0 {
 				mc.RxUsPerPktReps = append(mc.RxUsPerPktReps, r.RxUsPerBg)
@@ -176,6 +182,9 @@ func LoadMeasured(path string) (*Measured, error) {
 					if u.NetRxPerS != nil {
 						netRx = append(netRx, *u.NetRxPerS)
 					}
+					if u.IdleEntriesPerS != nil {
+						idleIn = append(idleIn, *u.IdleEntriesPerS)
+					}
 				}
 			}
 		}
@@ -186,6 +195,10 @@ func LoadMeasured(path string) (*Measured, error) {
 		if len(netRx) > 0 {
 			s := spreadOf(netRx)
 			mc.RxSoftirqsPerS = &s
+		}
+		if len(idleIn) > 0 {
+			s := spreadOf(idleIn)
+			mc.RxIdleEntriesPerS = &s
 		}
 		m.Cases = append(m.Cases, mc)
 	}

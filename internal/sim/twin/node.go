@@ -175,6 +175,12 @@ type Prediction struct {
 	// (whole, split or merged). Not a goal: shown beside the bench's
 	// count from /proc/softirqs.
 	RxSoftirqsPerS float64 `json:"rx_softirqs_per_s,omitempty"`
+	// RxWakesPerS: times a second the receive CPU left idle for work
+	// (each paid Node.WakeNs): beside the bench's idle entries a second
+	// (cpuidle), which under load count the same idle periods (at idle
+	// the polling state's time limit re-enters it within one period).
+	// Not a goal.
+	RxWakesPerS float64 `json:"rx_wakes_per_s,omitempty"`
 	// HighLost: high-priority requests dropped in the model.
 	HighLost int64 `json:"high_lost,omitempty"`
 	// SteeredFraction: the share of the window the closed loop held the
@@ -513,6 +519,7 @@ func medianPrediction(ps []Prediction) Prediction {
 	med(func(p *Prediction) *float64 { return &p.RxUsPerPkt })
 	med(func(p *Prediction) *float64 { return &p.SkippedPPS })
 	med(func(p *Prediction) *float64 { return &p.RxSoftirqsPerS })
+	med(func(p *Prediction) *float64 { return &p.RxWakesPerS })
 	out.HighLost = 0
 	var sf []float64
 	for _, p := range ps {
@@ -560,6 +567,7 @@ func (n *Node) predictRun(c Case, sc *sim.Scenario) Prediction {
 		case rxCPU:
 			p.RxBusyPct = busy
 			p.RxSoftirqsPerS = float64(cr.NetRx) / r.WindowS
+			p.RxWakesPerS = float64(cr.Wakes) / r.WindowS
 		case n.AppCPU:
 			p.AppBusyPct = busy
 		}

@@ -92,7 +92,6 @@ var knownMisses = []string{
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 300k p50_us vanilla vs lanes-sync",
-	"rank latency 300k p99_us vanilla vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k p99_us lanes-sync vs lanes-queue",
@@ -102,7 +101,7 @@ var knownMisses = []string{
 // fewer fails it.
 const (
 	floorGoals = 34 // of 37
-	floorRanks = 23 // of 28
+	floorRanks = 24 // of 28
 )
 
 // TestOutOfSample calibrates once and predicts every other measured case
@@ -254,7 +253,9 @@ var rawLoadedMisses = []string{
 // above the lanes' (31): the race's slow state, which makes every lane's
 // idle p50 a miss there and puts its loaded p50s 23-38% above the
 // measured ones. The rankings listed are pairs whose measured ranges
-// overlap, where the model's difference is larger than the overlap.
+// overlap, where the model's difference is larger than the overlap. On
+// the second, vanilla's 300k p99 is 1 us below its range (272 against
+// 277-1122) since stalls on a busy CPU count as busy time.
 var allRawMisses = []string{
 	"latency vanilla 300k p99_us",
 	"latency lanes-queue 300k p50_us",
@@ -269,7 +270,6 @@ var allRawMisses = []string{
 // Vanilla's 300k p50 is 72 us in the model, 45 measured.
 var ipisMisses = []string{
 	"latency vanilla 150k p99_us",
-	"latency lanes-sync 150k p99_us",
 	"latency vanilla 300k p50_us",
 	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p99_us",
@@ -312,7 +312,6 @@ var oosMisses = []string{
 	"rank latency 150k p50_us vanilla vs lanes-sync",
 	"rank latency 150k p99_us vanilla vs lanes-sync",
 	"rank latency 300k p50_us vanilla vs lanes-queue",
-	"rank latency 300k delivered_pps vanilla vs lanes-queue",
 	"rank latency 100k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
@@ -356,6 +355,7 @@ var eveMisses = []string{
 
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
+	"latency vanilla 300k p99_us",
 	"latency lanes-queue idle p50_us",
 	"latency lanes-sync 100k p50_us",
 	"latency lanes-queue 100k p50_us",
@@ -391,7 +391,9 @@ func TestRawAgentsRuns(t *testing.T) {
 		goals, ranks             int
 		misses                   []string // the run's known misses
 	}{
-		{"raw-1127", 2000, 9000, 3000, 0, 20, 22, append(slices.Clone(rawLoadedMisses), "rank latency 300k p99_us vanilla vs lanes-queue")},
+		// the queue lane's 300k p50 at the tolerance's edge (-15%, 36 us
+		// against 42) since stalls on a busy CPU count as busy time
+		{"raw-1127", 2000, 9000, 3000, 0, 19, 23, append(slices.Clone(rawLoadedMisses), "latency lanes-queue 300k p50_us")},
 		// the quieter run: vanilla's and the queue lane's 300k p99s
 		// within 1 us in the model, measured 99 (99-105) and 109
 		// (107-118): the queue lane's extra receive-CPU cost shows in
@@ -401,17 +403,17 @@ func TestRawAgentsRuns(t *testing.T) {
 		// UTC, a slower VM than the runs above: the receive CPU 90-97%
 		// busy at 300k); the misses are their own, above
 		{"allraw-1127", 1000, 10000, 15000, 0, 25, 21, allRawMisses},
-		{"allraw2-1127", 1000, 14000, 14000, 0, 21, 17, allRaw2Misses},
+		{"allraw2-1127", 1000, 14000, 14000, 0, 20, 17, allRaw2Misses},
 		// a later run on a fresh VM whose compare counts the
 		// application CPU's IPIs per request (10:05 UTC): every idle
 		// repetition in the race's fast state (28 us)
-		{"ipis-1127", 1000, 10000, 11000, 0, 22, 19, ipisMisses},
+		{"ipis-1127", 1000, 10000, 11000, 0, 23, 19, ipisMisses},
 		// the run after it, vanilla's idle in the race's slow state
 		// (Node.IdleSlowUs)
 		{"slow-1127", 2000, 13000, 4000, 11, 22, 21, slowMisses},
 		// the out-of-sample run of both mechanisms (fast idle: 0.27
 		// IPIs per request, the median of 0.18-0.57)
-		{"oos-1127", 1000, 14000, 11000, 0, 24, 16, oosMisses},
+		{"oos-1127", 1000, 14000, 11000, 0, 24, 17, oosMisses},
 		// the out-of-sample run of the model's five seeds and the
 		// paired lane cost (13:35 UTC, the same VM)
 		{"pm-1127", 0, 13000, 11000, 0, 22, 19, pmMisses},
@@ -810,15 +812,16 @@ func TestWakePreemptFromWakeRace(t *testing.T) {
 	}
 }
 
-// TestSoftirqsBesideMeasured: the bench's NET_RX count of the receive CPU
-// (per repetition) is read and shown beside the twin's.
+// TestSoftirqsBesideMeasured: the bench's NET_RX count and idle entries
+// of the receive CPU (per repetition) are read and shown beside the
+// twin's softirqs and wake-ups; a report without a count gives none.
 func TestSoftirqsBesideMeasured(t *testing.T) {
 	body := `{"testbed":{"layout":"nic","rx_cpu":1,"app_cpu":0},"options":{"reps":3},"cases":[
 	 {"path":"overlay","load":"busy","bg_rate_pps":100000,"p50_us":{"median":41,"min":39,"max":44},"p99_us":{"median":66,"min":62,"max":74},
 	  "bg_delivered_pps":{"median":100000,"min":100000,"max":100000},"reps":[
-	   {"cpus":[{"cpu":0,"busy_pct":36,"net_rx_per_sec":900},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14300}]},
-	   {"cpus":[{"cpu":0,"busy_pct":37,"net_rx_per_sec":950},{"cpu":1,"busy_pct":35,"net_rx_per_sec":14200}]},
-	   {"cpus":[{"cpu":0,"busy_pct":35,"net_rx_per_sec":990},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14400}]}]}]}`
+	   {"cpus":[{"cpu":0,"busy_pct":36,"net_rx_per_sec":900,"idle_entries_per_sec":13600},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14300,"idle_entries_per_sec":7700}]},
+	   {"cpus":[{"cpu":0,"busy_pct":37,"net_rx_per_sec":950,"idle_entries_per_sec":13200},{"cpu":1,"busy_pct":35,"net_rx_per_sec":14200,"idle_entries_per_sec":7600}]},
+	   {"cpus":[{"cpu":0,"busy_pct":35,"net_rx_per_sec":990},{"cpu":1,"busy_pct":34,"net_rx_per_sec":14400,"idle_entries_per_sec":7800}]}]}]}`
 	m, err := LoadMeasured(writeTemp(t, "b.json", body))
 	if err != nil {
 		t.Fatal(err)
@@ -826,6 +829,9 @@ func TestSoftirqsBesideMeasured(t *testing.T) {
 	c, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1})
 	if s := c.RxSoftirqsPerS; s == nil || s.Median != 14300 || s.Min != 14200 || s.Max != 14400 {
 		t.Fatalf("receive CPU's softirqs %+v, want 14300 (14200-14400): CPU 1's, not CPU 0's", s)
+	}
+	if s := c.RxIdleEntriesPerS; s == nil || s.Median != 7700 || s.Min != 7600 || s.Max != 7800 {
+		t.Fatalf("receive CPU's idle entries %+v, want 7700 (7600-7800): CPU 1's, not CPU 0's", s)
 	}
 	// a report older than the count: no softirqs, rather than zeros
 	old := strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(body, `,"net_rx_per_sec":14300`, ""), `,"net_rx_per_sec":14200`, ""), `,"net_rx_per_sec":14400`, "")
@@ -836,10 +842,18 @@ func TestSoftirqsBesideMeasured(t *testing.T) {
 	if co, _ := mo.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}); co.RxSoftirqsPerS != nil {
 		t.Errorf("a report without net_rx_per_sec gave softirqs %+v", co.RxSoftirqsPerS)
 	}
+	// the committed days predate the idle entries: none, rather than zeros
+	pm, err := LoadMeasured(filepath.Join(testdata, "pm-1127", "compare.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, _ := pm.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}); cp.RxSoftirqsPerS == nil || cp.RxIdleEntriesPerS != nil {
+		t.Errorf("pm-1127's report has softirqs and no idle entries, but gave %+v and %+v", cp.RxSoftirqsPerS, cp.RxIdleEntriesPerS)
+	}
 	var sb strings.Builder
-	WriteTable(&sb, []Row{{Prediction: Prediction{Case: Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}, RxSoftirqsPerS: 14000}, Measured: &c}})
-	if out := sb.String(); !strings.Contains(out, "rx softirqs k/s") || !strings.Contains(out, "14.0 | 14.3 (14.2-14.4)") {
-		t.Errorf("table lacks the softirqs beside the measured ones:\n%s", out)
+	WriteTable(&sb, []Row{{Prediction: Prediction{Case: Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}, RxSoftirqsPerS: 14000, RxWakesPerS: 7400}, Measured: &c}})
+	if out := sb.String(); !strings.Contains(out, "rx softirqs k/s") || !strings.Contains(out, "14.0 | 14.3 (14.2-14.4)") || !strings.Contains(out, "rx wakes k/s") || !strings.Contains(out, "7.4 | 7.7 (7.6-7.8)") {
+		t.Errorf("table lacks the softirqs or the wakes beside the measured ones:\n%s", out)
 	}
 }
 
