@@ -353,6 +353,26 @@ var eveMisses = []string{
 	"rank latency 150k p99_us lanes-sync vs lanes-queue",
 }
 
+// nightMisses: the run after stalls became busy time and the bench
+// counted idle entries (18:06 UTC, out of sample for both; vanilla 37%
+// busy at 100k, 90% at 300k, a noisier VM: one idle repetition of the
+// sync lane 91% busy). Idle to 150k every goal is met; at 300k the
+// lanes' p50s and every p99 are short of the measured ones, where the
+// real receive CPU idles 1.5 to 3 times less often than the model's
+// (its idle entries 1.8-4.1k a second against 5.3-6.4k).
+var nightMisses = []string{
+	"latency vanilla 300k p99_us",
+	"latency lanes-sync 300k p50_us",
+	"latency lanes-sync 300k p99_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 150k p50_us vanilla vs lanes-sync",
+	"rank latency 150k p50_us vanilla vs lanes-queue",
+	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 100k p99_us lanes-sync vs lanes-queue",
+	"rank latency 150k p99_us lanes-sync vs lanes-queue",
+}
+
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency vanilla 300k p99_us",
@@ -376,7 +396,7 @@ var allRaw2Misses = []string{
 // testdata/twin/raw-1127 and raw2-1127; at 07:03 and 07:11, every agent,
 // allraw-1127 and allraw2-1127; at 10:05, 10:58 and 11:22 on a fresh VM,
 // ipis-1127, slow-1127 and oos-1127, at 13:35, pm-1127, and at 16:03,
-// eve-1127, whose compare runs count the
+// eve-1127, and at 18:06, night-1127, whose compare runs count the
 // application CPU's IPIs per request: trace, bench compare, micro-benchmarks and
 // wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
@@ -423,6 +443,10 @@ func TestRawAgentsRuns(t *testing.T) {
 		// slow state (1.27 IPIs per request, 65 us) makes its median
 		// the slow state's
 		{"eve-1127", 0, 10000, 11000, 10, 21, 20, eveMisses},
+		// the out-of-sample run of the stalls' accounting (18:06 UTC,
+		// the same VM); vanilla's idle in the race's slow state (0.76
+		// IPIs per request)
+		{"night-1127", 500, 11000, 12000, 9, 23, 18, nightMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
@@ -854,6 +878,35 @@ func TestSoftirqsBesideMeasured(t *testing.T) {
 	WriteTable(&sb, []Row{{Prediction: Prediction{Case: Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}, RxSoftirqsPerS: 14000, RxWakesPerS: 7400}, Measured: &c}})
 	if out := sb.String(); !strings.Contains(out, "rx softirqs k/s") || !strings.Contains(out, "14.0 | 14.3 (14.2-14.4)") || !strings.Contains(out, "rx wakes k/s") || !strings.Contains(out, "7.4 | 7.7 (7.6-7.8)") {
 		t.Errorf("table lacks the softirqs or the wakes beside the measured ones:\n%s", out)
+	}
+}
+
+// TestWakesThroughIdleEntries: the model's receive CPU leaves idle as
+// often as the real one, seen untraced through its cpuidle entries (the
+// bench's idle_entries_per_sec, from night-1127, the first day that
+// counted them): at 100k and 150k, in every mode, within 10% of the
+// measured median (they are within 4%). It is there that the
+// calibrated wake-up is paid, so this checks where the idle requests'
+// cost is charged under load. At idle the bench counts two entries
+// per request (the polling state's time limit re-enters it), and at
+// 300k the real CPU idles less (docs/sim.md): neither is asserted.
+func TestWakesThroughIdleEntries(t *testing.T) {
+	n, m := calibrateDay(t, "night-1127")
+	for _, mode := range []string{ModeVanilla, ModeLanesSync, ModeLanesQueue} {
+		for _, rate := range []float64{100e3, 150e3} {
+			c := Case{Bench: BenchLatency, Mode: mode, RatePPS: rate, Flows: 1}
+			meas, ok := m.Find(c)
+			if !ok || meas.RxIdleEntriesPerS == nil {
+				t.Fatalf("night-1127 has no idle entries for %s %.0f", mode, rate)
+			}
+			p, err := n.Predict(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := p.RxWakesPerS/meas.RxIdleEntriesPerS.Median - 1; math.Abs(e) > 0.10 {
+				t.Errorf("%s %.0fk: %.1fk wake-ups a second, measured %.1fk idle entries (%+.0f%%)", mode, rate/1e3, p.RxWakesPerS/1e3, meas.RxIdleEntriesPerS.Median/1e3, 100*e)
+			}
+		}
 	}
 }
 
