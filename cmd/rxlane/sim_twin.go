@@ -14,6 +14,7 @@ type simTwinFlags struct {
 	calib     []string
 	calibRate string
 	pacer     string
+	pacerAt   []string
 	stalls    string
 	wakeRace  string
 	mode      string
@@ -51,7 +52,10 @@ the same file's idle vanilla case: the round trip outside the receive path
 (a lognormal: measured p50 and p99 minus the model's). With --pacer (the
 JSON 'scripts/twin-appcpu' writes: a paced sender's wake-up lateness on the
 application CPU at the calibration load) the generator sends in the
-injector's catch-up bursts instead of on schedule; with --stalls (its
+injector's catch-up bursts instead of on schedule, and --pacer-at adds the
+same file measured at another load (the lateness grows with the load on
+the application CPU: a case takes the file measured nearest its rate);
+with --stalls (its
 spingap-rx.json: the gaps in which the receive CPU runs nothing of ours)
 the receive CPU stalls as measured; with --wake-race (the JSON
 'scripts/wake-race' writes: the request's time on the receive CPU idle and
@@ -107,6 +111,7 @@ Examples:
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.calib, "calib", nil, "untraced bench report of the traced case (bench compare/latency JSON or twin measured file; repeatable)")
 	fl.StringVar(&f.pacer, "pacer", "", "the generator's wake-up lateness (scripts/twin-appcpu's pacelat-RATE.json); default: on schedule")
+	fl.StringArrayVar(&f.pacerAt, "pacer-at", nil, "the generator's wake-up lateness measured at another load (pacelat-RATE.json; repeatable): a case nearer that load than the calibration's draws from it (needs --pacer)")
 	fl.StringVar(&f.stalls, "stalls", "", "the receive CPU's stalls (scripts/twin-appcpu's spingap-rx.json); default: none")
 	fl.StringVar(&f.wakeRace, "wake-race", "", "the request's segments idle and loaded (scripts/wake-race's wake-race.json): puts only the measured part of the receive CPU's wake-up on the request's path; default: all of it")
 	fl.StringVar(&f.calibRate, "calib-rate", "", "background rate of the calibration case, if the --calib files hold several (k and M suffixes)")
@@ -162,7 +167,7 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		}
 		meas = m
 	}
-	node, err := twin.CalibrateWith(trace, ms, calibRate, twin.Extras{Pacer: f.pacer, Stalls: f.stalls, WakeRace: f.wakeRace})
+	node, err := twin.CalibrateWith(trace, ms, calibRate, twin.Extras{Pacer: f.pacer, PacerAt: f.pacerAt, Stalls: f.stalls, WakeRace: f.wakeRace})
 	if err != nil {
 		return wrap(err)
 	}

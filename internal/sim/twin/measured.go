@@ -315,6 +315,11 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 			return nil, err
 		}
 	}
+	for _, f := range ex.PacerAt {
+		if err := n.UsePacerAt(f); err != nil {
+			return nil, err
+		}
+	}
 	if ex.WakeRace != "" {
 		if err := n.UseWakeRace(ex.WakeRace); err != nil {
 			return nil, err

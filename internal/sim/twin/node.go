@@ -108,6 +108,9 @@ type Node struct {
 	// probability; nil: LateUs alone.
 	PacerTailUs    []float64 `json:"pacer_tail_us,omitempty"`
 	PacerTailShare float64   `json:"pacer_tail_share,omitempty"`
+	// PacerAt: the lateness measured at other loads (UsePacerAt), by
+	// rate; a case takes the nearest (pacerFor).
+	PacerAt []PacerLoad `json:"pacer_at,omitempty"`
 	// GenShare: the generator's share of AppNsPerPkt (the rest is the
 	// sink's), from the agents' CPU time (UsePacer, pacer file's
 	// agent_ns_per_pkt); 0: the application CPU is modelled as a load of
@@ -375,7 +378,8 @@ func (n *Node) scenario(c Case, scale float64) (*sim.Scenario, error) {
 				// one injector sends every flow (round robin); each flow's
 				// pacer draws its own lateness, which for one flow (the
 				// validated case) is the injector's
-				p := &sim.Pacer{LateUs: n.PacerLateUs, MaxLag: injectMaxLag, TailUs: n.PacerTailUs, TailShare: n.PacerTailShare}
+				late, tail, share := n.pacerFor(c.RatePPS)
+				p := &sim.Pacer{LateUs: late, MaxLag: injectMaxLag, TailUs: tail, TailShare: share}
 				if n.GenShare > 0 {
 					p.App, p.NsPerPkt = "generator", round1(n.GenShare*n.AppNsPerPkt)
 				}

@@ -54,6 +54,9 @@ const StallFormat = "rxlane-spingap/1"
 type Extras struct {
 	// Pacer: scripts/pacelat's file (UsePacer).
 	Pacer string
+	// PacerAt: scripts/pacelat's files measured at other loads than the
+	// calibration's (UsePacerAt).
+	PacerAt []string
 	// Stalls: scripts/spingap's file (UseStalls).
 	Stalls string
 	// WakeRace: scripts/wake-race's file (UseWakeRace).
@@ -109,6 +112,77 @@ func (n *Node) UseStalls(path string) error {
 	n.Notes = append(n.Notes, fmt.Sprintf("receive CPU stalls: %.0f a second (%d gaps > %.0f us in %.2f s), mean %.1f us, p99 %.0f us, %.2f%% of the time (%s)",
 		f.PerS, f.Gaps, f.ThresholdUs, f.Seconds, sum/float64(len(s)), s[int(0.99*float64(len(s)-1))], f.PerS*sum/float64(len(s))/1e4, f.Note))
 	return nil
+}
+
+// PacerLoad is the generator's lateness measured at one background
+// load (a pacer file other than the calibration's; UsePacerAt).
+type PacerLoad struct {
+	RatePPS   float64   `json:"rate_pps"`
+	LateUs    []float64 `json:"late_us"`
+	TailUs    []float64 `json:"tail_us,omitempty"`
+	TailShare float64   `json:"tail_share,omitempty"`
+}
+
+// UsePacerAt adds the generator's lateness measured at another load
+// (scripts/twin-appcpu --rates R: pacelat-R.json, whose interval gives
+// its rate): a case nearer that rate than the calibration's draws the
+// generator's wake-ups from it (pacerFor). The lateness grows with the
+// load on the application CPU (2026-11-27, 18:25 UTC: p90 83 us at
+// 100k, 114 at 300k; 6 slots the injector would skip in 8 s at 100k,
+// 349 at 300k), which one file at the calibration load does not say.
+// The rest of a pacer file (the agents' CPU time) stays the
+// calibration's.
+func (n *Node) UsePacerAt(path string) error {
+	if n.PacerLateUs == nil {
+		return fmt.Errorf("%w: pacer file %s for another load: give the calibration load's with --pacer too", ErrInput, path)
+	}
+	var p PacerFile
+	if err := readReport(path, "pacer", "pacelat --json", PacerFormat, &p); err != nil {
+		return err
+	}
+	if err := (&sim.Pacer{LateUs: p.LateUs, TailUs: p.TailUs, TailShare: p.TailShare}).CheckLateness(); err != nil {
+		return fmt.Errorf("%w: pacer file %s: %w", ErrInput, path, err)
+	}
+	if p.IntervalUs <= 0 {
+		return fmt.Errorf("%w: pacer file %s has no interval_us: its load is unknown", ErrInput, path)
+	}
+	// the injector sends a batch of 16 per interval
+	rate := math.Round(16e6/p.IntervalUs/1e3) * 1e3
+	if rate == n.CalibRatePPS {
+		return fmt.Errorf("%w: pacer file %s is at the calibration load (%.0f pps): give it with --pacer", ErrInput, path, rate)
+	}
+	for _, l := range n.PacerAt {
+		if l.RatePPS == rate {
+			return fmt.Errorf("%w: two pacer files at %.0f pps (%s)", ErrInput, rate, path)
+		}
+	}
+	l := PacerLoad{RatePPS: rate, LateUs: append([]float64(nil), p.LateUs...)}
+	sort.Float64s(l.LateUs)
+	if len(p.TailUs) > 0 {
+		l.TailUs = append([]float64(nil), p.TailUs...)
+		sort.Float64s(l.TailUs)
+		l.TailShare = p.TailShare
+	}
+	n.PacerAt = append(n.PacerAt, l)
+	sort.Slice(n.PacerAt, func(i, j int) bool { return n.PacerAt[i].RatePPS < n.PacerAt[j].RatePPS })
+	q := func(f float64) float64 { return l.LateUs[int(f*float64(len(l.LateUs)-1))] }
+	n.Notes = append(n.Notes, fmt.Sprintf("generator at %.0f kpps: wakes late by p50 %.0f / p90 %.0f us (%d samples; %s); the cases nearer that load than the calibration's draw from it",
+		rate/1e3, q(0.5), q(0.9), p.Samples, p.Note))
+	return nil
+}
+
+// pacerFor is the generator's lateness for a case at rate: that of the
+// pacer file measured at the load nearest it (the calibration's on a
+// tie).
+func (n *Node) pacerFor(rate float64) (late, tail []float64, share float64) {
+	late, tail, share = n.PacerLateUs, n.PacerTailUs, n.PacerTailShare
+	best := math.Abs(rate - n.CalibRatePPS)
+	for _, l := range n.PacerAt {
+		if d := math.Abs(rate - l.RatePPS); d < best {
+			best, late, tail, share = d, l.LateUs, l.TailUs, l.TailShare
+		}
+	}
+	return late, tail, share
 }
 
 // UsePacer gives the node's generator the wake-up lateness measured by
