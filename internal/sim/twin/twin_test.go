@@ -918,20 +918,29 @@ func TestSoftirqsBesideMeasured(t *testing.T) {
 // per request (the polling state's time limit re-enters it), and at
 // 300k the real CPU idles less (docs/sim.md): neither is asserted.
 func TestWakesThroughIdleEntries(t *testing.T) {
-	n, m := calibrateDay(t, "night-1127")
+	countsWithin10(t, "night-1127", "wake-ups", func(p Prediction) float64 { return p.RxWakesPerS }, func(m MeasuredCase) *Spread { return m.RxIdleEntriesPerS })
+}
+
+// countsWithin10 predicts day's cases at 100k and 150k in every latency
+// mode and fails where the predicted count a second is not within 10%
+// of the measured median.
+func countsWithin10(t *testing.T, day, what string, pred func(Prediction) float64, meas func(MeasuredCase) *Spread) {
+	t.Helper()
+	n, m := calibrateDay(t, day)
 	for _, mode := range []string{ModeVanilla, ModeLanesSync, ModeLanesQueue} {
 		for _, rate := range []float64{100e3, 150e3} {
 			c := Case{Bench: BenchLatency, Mode: mode, RatePPS: rate, Flows: 1}
-			meas, ok := m.Find(c)
-			if !ok || meas.RxIdleEntriesPerS == nil {
-				t.Fatalf("night-1127 has no idle entries for %s %.0f", mode, rate)
+			mc, ok := m.Find(c)
+			if !ok || meas(mc) == nil {
+				t.Fatalf("%s %s %.0f: no measured %s", day, mode, rate, what)
 			}
 			p, err := n.Predict(c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e := p.RxWakesPerS/meas.RxIdleEntriesPerS.Median - 1; math.Abs(e) > 0.10 {
-				t.Errorf("%s %.0fk: %.1fk wake-ups a second, measured %.1fk idle entries (%+.0f%%)", mode, rate/1e3, p.RxWakesPerS/1e3, meas.RxIdleEntriesPerS.Median/1e3, 100*e)
+			want := meas(mc).Median
+			if e := pred(p)/want - 1; math.Abs(e) > 0.10 {
+				t.Errorf("%s %.0fk: %.1fk %s a second predicted, %.1fk measured (%+.0f%%)", mode, rate/1e3, pred(p)/1e3, what, want/1e3, 100*e)
 			}
 		}
 	}
@@ -946,23 +955,7 @@ func TestWakesThroughIdleEntries(t *testing.T) {
 // measured median; without the kthread's polling order (the wire in the
 // softirq's round robin) the model runs 2.5 times as many softirqs.
 func TestWireBatchesThroughSoftirqs(t *testing.T) {
-	n, m := calibrateDay(t, "pm-1127")
-	for _, mode := range []string{ModeVanilla, ModeLanesSync, ModeLanesQueue} {
-		for _, rate := range []float64{100e3, 150e3} {
-			c := Case{Bench: BenchLatency, Mode: mode, RatePPS: rate, Flows: 1}
-			meas, ok := m.Find(c)
-			if !ok || meas.RxSoftirqsPerS == nil {
-				t.Fatalf("%s %.0f: no measured softirqs", mode, rate)
-			}
-			p, err := n.Predict(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e := p.RxSoftirqsPerS/meas.RxSoftirqsPerS.Median - 1; math.Abs(e) > 0.10 {
-				t.Errorf("%s %.0fk: %.1fk softirqs a second predicted, %.1fk measured (%+.0f%%)", mode, rate/1e3, p.RxSoftirqsPerS/1e3, meas.RxSoftirqsPerS.Median/1e3, 100*e)
-			}
-		}
-	}
+	countsWithin10(t, "pm-1127", "softirqs", func(p Prediction) float64 { return p.RxSoftirqsPerS }, func(m MeasuredCase) *Spread { return m.RxSoftirqsPerS })
 }
 
 // writeTemp writes body to a file called name in a directory of the
