@@ -107,15 +107,16 @@ func SampleHost() (HostSample, error) {
 	return s, nil
 }
 
-// cpuSysfs is where the CPUs' sysfs directories are (a fake root in
-// tests).
-var cpuSysfs = "/sys/devices/system/cpu"
+// cpuSysfs is where the CPUs' sysfs directories are (tests give
+// readIdleEntries a fake root instead).
+const cpuSysfs = "/sys/devices/system/cpu"
 
 // readIdleEntries fills cpus' IdleEntries from root/cpuN/cpuidle: every
-// time a CPU goes idle the idle loop enters one of its states (and
-// re-enters while it stays idle only when the polling state's time
-// limit, a tick, runs out), so their rate counts the CPU's idle periods:
-// how many of its wake-ups came from idle, untraced.
+// time a CPU goes idle the idle loop enters one of its states, and it
+// re-enters one within an idle period only when the polling state's
+// time limit runs out (so a long idle period counts more than once), so
+// under load their rate counts the CPU's idle periods: how many of its
+// wake-ups came from idle, untraced.
 func readIdleEntries(root string, cpus []CPUSample) {
 	for id := range cpus {
 		states, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf("cpu%d", id), "cpuidle", "state*", "usage"))

@@ -114,6 +114,26 @@ func (n *Node) UseStalls(path string) error {
 	return nil
 }
 
+// readPacer reads a pacer file and its lateness, sorted (the rate is
+// the caller's).
+func readPacer(path string) (PacerFile, PacerLoad, error) {
+	var p PacerFile
+	if err := readReport(path, "pacer", "pacelat --json", PacerFormat, &p); err != nil {
+		return p, PacerLoad{}, err
+	}
+	if err := (&sim.Pacer{LateUs: p.LateUs, TailUs: p.TailUs, TailShare: p.TailShare}).CheckLateness(); err != nil {
+		return p, PacerLoad{}, fmt.Errorf("%w: pacer file %s: %w", ErrInput, path, err)
+	}
+	l := PacerLoad{LateUs: append([]float64(nil), p.LateUs...)}
+	sort.Float64s(l.LateUs)
+	if len(p.TailUs) > 0 {
+		l.TailUs = append([]float64(nil), p.TailUs...)
+		sort.Float64s(l.TailUs)
+		l.TailShare = p.TailShare
+	}
+	return p, l, nil
+}
+
 // PacerLoad is the generator's lateness measured at one background
 // load (a pacer file other than the calibration's; UsePacerAt).
 type PacerLoad struct {
@@ -136,18 +156,16 @@ func (n *Node) UsePacerAt(path string) error {
 	if n.PacerLateUs == nil {
 		return fmt.Errorf("%w: pacer file %s for another load: give the calibration load's with --pacer too", ErrInput, path)
 	}
-	var p PacerFile
-	if err := readReport(path, "pacer", "pacelat --json", PacerFormat, &p); err != nil {
+	p, l, err := readPacer(path)
+	if err != nil {
 		return err
-	}
-	if err := (&sim.Pacer{LateUs: p.LateUs, TailUs: p.TailUs, TailShare: p.TailShare}).CheckLateness(); err != nil {
-		return fmt.Errorf("%w: pacer file %s: %w", ErrInput, path, err)
 	}
 	if p.IntervalUs <= 0 {
 		return fmt.Errorf("%w: pacer file %s has no interval_us: its load is unknown", ErrInput, path)
 	}
 	// the injector sends a batch of 16 per interval
 	rate := math.Round(16e6/p.IntervalUs/1e3) * 1e3
+	l.RatePPS = rate
 	if rate == n.CalibRatePPS {
 		return fmt.Errorf("%w: pacer file %s is at the calibration load (%.0f pps): give it with --pacer", ErrInput, path, rate)
 	}
@@ -155,13 +173,6 @@ func (n *Node) UsePacerAt(path string) error {
 		if l.RatePPS == rate {
 			return fmt.Errorf("%w: two pacer files at %.0f pps (%s)", ErrInput, rate, path)
 		}
-	}
-	l := PacerLoad{RatePPS: rate, LateUs: append([]float64(nil), p.LateUs...)}
-	sort.Float64s(l.LateUs)
-	if len(p.TailUs) > 0 {
-		l.TailUs = append([]float64(nil), p.TailUs...)
-		sort.Float64s(l.TailUs)
-		l.TailShare = p.TailShare
 	}
 	n.PacerAt = append(n.PacerAt, l)
 	sort.Slice(n.PacerAt, func(i, j int) bool { return n.PacerAt[i].RatePPS < n.PacerAt[j].RatePPS })
@@ -191,22 +202,12 @@ func (n *Node) pacerFor(rate float64) (late, tail []float64, share float64) {
 // catch-up bursts (sim's arrival.pacer, max_lag 128 as
 // internal/bench/inject.go) instead of on schedule.
 func (n *Node) UsePacer(path string) error {
-	var p PacerFile
-	if err := readReport(path, "pacer", "pacelat --json", PacerFormat, &p); err != nil {
+	p, l, err := readPacer(path)
+	if err != nil {
 		return err
 	}
-	if err := (&sim.Pacer{LateUs: p.LateUs, TailUs: p.TailUs, TailShare: p.TailShare}).CheckLateness(); err != nil {
-		return fmt.Errorf("%w: pacer file %s: %w", ErrInput, path, err)
-	}
-	s := append([]float64(nil), p.LateUs...)
-	sort.Float64s(s)
-	n.PacerLateUs = s
-	n.PacerTailUs, n.PacerTailShare = nil, 0
-	if len(p.TailUs) > 0 {
-		n.PacerTailUs = append([]float64(nil), p.TailUs...)
-		sort.Float64s(n.PacerTailUs)
-		n.PacerTailShare = p.TailShare
-	}
+	s := l.LateUs
+	n.PacerLateUs, n.PacerTailUs, n.PacerTailShare = l.LateUs, l.TailUs, l.TailShare
 	if g, k := p.AgentNsPerPkt["inject"], p.AgentNsPerPkt["sink"]; g > 0 && k > 0 {
 		// the application CPU's scheduling (Node.GenShare)
 		n.GenShare = math.Round(1000*g/(g+k)) / 1000
