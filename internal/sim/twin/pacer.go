@@ -147,7 +147,7 @@ type PacerLoad struct {
 // (scripts/twin-appcpu --rates R: pacelat-R.json, whose interval gives
 // its rate): a case nearer that rate than the calibration's draws the
 // generator's wake-ups from it (pacerFor). The lateness grows with the
-// load on the application CPU (2026-11-27, 18:25 UTC: p90 83 us at
+// load on the application CPU (2026-11-27, 18:18 UTC: p90 83 us at
 // 100k, 114 at 300k; 6 slots the injector would skip in 8 s at 100k,
 // 349 at 300k), which one file at the calibration load does not say.
 // The rest of a pacer file (the agents' CPU time) stays the
