@@ -253,14 +253,11 @@ func WriteTable(w io.Writer, rows []Row) {
 		if p.RatePPS > 0 && p.Bench == BenchLatency {
 			skipped = shown(p.SkippedPPS, func(m *MeasuredCase) *Spread { return m.SkippedPPS })
 		}
-		// the wire's batches, seen through NET_RX
-		softirqs := "-"
+		// the wire's batches, seen through NET_RX, and the receive CPU's
+		// idle periods, seen through cpuidle
+		softirqs, wakes := "-", "-"
 		if p.Bench == BenchLatency {
 			softirqs = shown(p.RxSoftirqsPerS, func(m *MeasuredCase) *Spread { return m.RxSoftirqsPerS })
-		}
-		// the receive CPU's idle periods, seen through cpuidle
-		wakes := "-"
-		if p.Bench == BenchLatency {
 			wakes = shown(p.RxWakesPerS, func(m *MeasuredCase) *Spread { return m.RxIdleEntriesPerS })
 		}
 		mode := p.Mode

@@ -188,18 +188,7 @@ func LoadMeasured(path string) (*Measured, error) {
 				}
 			}
 		}
-		if len(app) > 0 {
-			s := spreadOf(app)
-			mc.AppBusyPct = &s
-		}
-		if len(netRx) > 0 {
-			s := spreadOf(netRx)
-			mc.RxSoftirqsPerS = &s
-		}
-		if len(idleIn) > 0 {
-			s := spreadOf(idleIn)
-			mc.RxIdleEntriesPerS = &s
-		}
+		mc.AppBusyPct, mc.RxSoftirqsPerS, mc.RxIdleEntriesPerS = spreadIfAny(app), spreadIfAny(netRx), spreadIfAny(idleIn)
 		m.Cases = append(m.Cases, mc)
 	}
 	return m, m.check(path)
@@ -231,6 +220,16 @@ func spreadOf(v []float64) Spread {
 		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return Spread{Median: med, Min: s[0], Max: s[len(s)-1]}
+}
+
+// spreadIfAny is the spread of v, or nil when v is empty (a report
+// without the figure).
+func spreadIfAny(v []float64) *Spread {
+	if len(v) == 0 {
+		return nil
+	}
+	s := spreadOf(v)
+	return &s
 }
 
 // Find returns the measured case matching c, if any.
