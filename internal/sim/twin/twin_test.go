@@ -412,6 +412,19 @@ var closeMisses = []string{
 	"rank latency 300k delivered_pps lanes-sync vs lanes-queue",
 }
 
+// duskMisses: the run at 20:16 UTC (the slow VM state, vanilla's idle in
+// the race's slow state), the first whose wake-race file kept every
+// traced request at 100k (999; the script's prober match had stalled its
+// analysis after 111, too few without the IPI to model the echo server's
+// preempting wake-up: then 22 goals, 19 rankings). The lanes' 300k p50
+// and p99 are within the goals; the 150k p50s are 19-26% high.
+var duskMisses = []string{
+	"latency lanes-queue 100k p50_us",
+	"latency vanilla 150k p50_us",
+	"latency lanes-sync 150k p99_us",
+	"latency lanes-queue 150k p50_us",
+}
+
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency vanilla 300k p99_us",
@@ -435,8 +448,8 @@ var allRaw2Misses = []string{
 // testdata/twin/raw-1127 and raw2-1127; at 07:03 and 07:11, every agent,
 // allraw-1127 and allraw2-1127; at 10:05, 10:58 and 11:22 on a fresh VM,
 // ipis-1127, slow-1127 and oos-1127, at 13:35, pm-1127, and at 16:03,
-// eve-1127, and at 18:06, 18:20 and 18:33, night-1127, late-1127 and
-// close-1127, whose compare runs count the
+// eve-1127, at 18:06, 18:20 and 18:33, night-1127, late-1127 and
+// close-1127, and at 20:16, dusk-1127, whose compare runs count the
 // application CPU's IPIs per request: trace, bench compare, micro-benchmarks and
 // wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
@@ -492,6 +505,8 @@ func TestRawAgentsRuns(t *testing.T) {
 		// and the one after it (18:33 UTC); vanilla's idle in the race's
 		// slow state
 		{"close-1127", 8000, 13000, 3000, 9, 26, 17, closeMisses},
+		// the first run analysed by the fixed wake-race (20:16 UTC)
+		{"dusk-1127", 0, 14000, 4000, 12, 24, 23, duskMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
