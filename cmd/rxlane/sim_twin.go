@@ -64,7 +64,8 @@ for is on its path, the rest is CPU time paid before the CPU idles again;
 when the file splits the requests by whether the echo server's wake-up
 sent a reschedule IPI, the application CPU's wake-up is split the same
 way and the echo server's wake-up preempts a running generator or sink
-at the measured cost; when it has the prober's send path at the
+at the measured cost, scaled down (never up) until the calibration case's
+p50 is the measured one (the trace stretches the IPI's path); when it has the prober's send path at the
 calibration load (probe_after_us), the prober keeps the application CPU
 that long after each request in the loaded cases, and the echo server's
 wake-up that finds it there preempts it too; when the idle vanilla case

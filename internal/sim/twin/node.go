@@ -79,8 +79,12 @@ type Node struct {
 	// WakePreemptNs: what the echo server's wake-up adds to the round
 	// trip when it preempts a background thread running on the
 	// application CPU (a reschedule IPI; UseWakeRace, from the
-	// calibration load's requests); 0: not modelled.
+	// calibration load's requests, then corrected for the tracer:
+	// fitPreempt); 0: not modelled.
 	WakePreemptNs float64 `json:"wake_preempt_ns,omitempty"`
+	// WakePreemptTracedNs: WakePreemptNs as the wake-race file has it,
+	// before fitPreempt's correction.
+	WakePreemptTracedNs float64 `json:"wake_preempt_traced_ns,omitempty"`
 	// ProbeSendUs: under background load, the prober is a nice -20
 	// thread on the application CPU that keeps it this long after each
 	// request leaves (its send path), and the echo server's wake-up

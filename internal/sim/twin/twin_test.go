@@ -252,7 +252,10 @@ var rawLoadedMisses = []string{
 // second run's vanilla idle p50 (43 us, the calibration) stood 12 us
 // above the lanes' (31): the race's slow state, which makes every lane's
 // idle p50 a miss there and puts its loaded p50s 23-38% above the
-// measured ones. The rankings listed are pairs whose measured ranges
+// measured ones (since the echo server's preempting wake-up is
+// corrected for the tracer, fitPreempt, they are met: 3.6 us of the
+// traced 14; the sync lane's 300k p99 misses, 231 against 359). The
+// rankings listed are pairs whose measured ranges
 // overlap, where the model's difference is larger than the overlap. On
 // the second, vanilla's 300k p99 is 1 us below its range (272 against
 // 277-1122) since stalls on a busy CPU count as busy time.
@@ -287,10 +290,10 @@ var ipisMisses = []string{
 // model) and was slower than vanilla, which the model does not rank.
 // With the wire's kthread modelled (kernel.threaded_nic) the model's
 // vanilla takes the flood in fewer, larger polls, and its 300k p99 fell
-// below the range (159 us against 183-268), as on ipis and pm.
+// below the range (159 us against 183-268), as on ipis and pm. The
+// queue lane's 100k and 150k p50s are met since the echo server's
+// preempting wake-up is corrected for the tracer (9.6 us of 13).
 var slowMisses = []string{
-	"latency lanes-queue 100k p50_us",
-	"latency lanes-queue 150k p50_us",
 	"latency vanilla 300k p99_us",
 	"latency lanes-sync 300k p99_us",
 	"latency lanes-queue 300k p50_us",
@@ -377,18 +380,14 @@ var nightMisses = []string{
 // quieter moment: vanilla 35% busy at 100k, p50 45 us at 300k), the
 // first with the generator's lateness measured at 150k and 300k too
 // (pacelat-150000.json, pacelat-300000.json; --pacer-at, not used here:
-// docs/sim.md). The lanes' 100k p50s and every 150k p50 are 18-26%
+// docs/sim.md). The lanes' 100k p50s and every 150k p50 were 18-26%
 // above the measured ones (its wake-race file has the echo server's
-// preempting wake-up at 15 us, against 10-13 on the other days); the
-// queue lane's 300k p50 and p99 are half the measured ones.
+// preempting wake-up at 15 us traced, against 10-13 on the other days);
+// corrected for the tracer (8.6 us: fitPreempt) they are met. The queue
+// lane's 300k p50 and p99 are half the measured ones.
 var lateMisses = []string{
-	"latency lanes-sync 100k p50_us",
-	"latency lanes-queue 100k p50_us",
-	"latency vanilla 150k p50_us",
 	"latency vanilla 150k p99_us",
-	"latency lanes-sync 150k p50_us",
 	"latency lanes-sync 150k p99_us",
-	"latency lanes-queue 150k p50_us",
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
@@ -417,26 +416,23 @@ var closeMisses = []string{
 // traced request at 100k (999; the script's prober match had stalled its
 // analysis after 111, too few without the IPI to model the echo server's
 // preempting wake-up: then 22 goals, 19 rankings). The lanes' 300k p50
-// and p99 are within the goals; the 150k p50s are 19-26% high.
+// and p99 are within the goals. With the file's 14 us the 150k p50s were
+// 19-26% high; corrected for the tracer (9.1 us, fitPreempt) they are
+// met, and the sync lane's 100k p99 (73 us) falls 5 us below the queue
+// lane's (78), whose measured ranges overlap by 4.
 var duskMisses = []string{
-	"latency lanes-queue 100k p50_us",
-	"latency vanilla 150k p50_us",
 	"latency lanes-sync 150k p99_us",
-	"latency lanes-queue 150k p50_us",
+	"rank latency 100k p99_us lanes-sync vs lanes-queue",
 }
 
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
-	"latency vanilla 300k p99_us",
 	"latency lanes-queue idle p50_us",
-	"latency lanes-sync 100k p50_us",
-	"latency lanes-queue 100k p50_us",
-	"latency vanilla 150k p50_us",
-	"latency lanes-sync 150k p50_us",
-	"latency lanes-queue 150k p50_us",
+	"latency lanes-sync 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
 	"rank latency 150k p99_us vanilla vs lanes-sync",
 	"rank latency 300k p99_us vanilla vs lanes-queue",
+	"rank latency 100k p99_us lanes-sync vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
 	"rank latency 300k p99_us lanes-sync vs lanes-queue",
 	"rank latency 300k delivered_pps lanes-sync vs lanes-queue",
@@ -476,14 +472,14 @@ func TestRawAgentsRuns(t *testing.T) {
 		// UTC, a slower VM than the runs above: the receive CPU 90-97%
 		// busy at 300k); the misses are their own, above
 		{"allraw-1127", 1000, 10000, 15000, 0, 25, 21, allRawMisses},
-		{"allraw2-1127", 1000, 14000, 14000, 0, 20, 17, allRaw2Misses},
+		{"allraw2-1127", 1000, 14000, 14000, 0, 25, 16, allRaw2Misses},
 		// a later run on a fresh VM whose compare counts the
 		// application CPU's IPIs per request (10:05 UTC): every idle
 		// repetition in the race's fast state (28 us)
 		{"ipis-1127", 1000, 10000, 11000, 0, 23, 19, ipisMisses},
 		// the run after it, vanilla's idle in the race's slow state
 		// (Node.IdleSlowUs)
-		{"slow-1127", 2000, 13000, 4000, 11, 22, 21, slowMisses},
+		{"slow-1127", 2000, 13000, 4000, 11, 24, 21, slowMisses},
 		// the out-of-sample run of both mechanisms (fast idle: 0.27
 		// IPIs per request, the median of 0.18-0.57)
 		{"oos-1127", 1000, 14000, 11000, 0, 24, 17, oosMisses},
@@ -501,17 +497,20 @@ func TestRawAgentsRuns(t *testing.T) {
 		// IPIs per request)
 		{"night-1127", 500, 11000, 12000, 9, 23, 18, nightMisses},
 		// the run after it (18:20 UTC), out of sample for the same
-		{"late-1127", 1000, 15000, 14000, 0, 19, 19, lateMisses},
+		{"late-1127", 1000, 15000, 14000, 0, 24, 19, lateMisses},
 		// and the one after it (18:33 UTC); vanilla's idle in the race's
 		// slow state
 		{"close-1127", 8000, 13000, 3000, 9, 26, 17, closeMisses},
 		// the first run analysed by the fixed wake-race (20:16 UTC)
-		{"dusk-1127", 0, 14000, 4000, 12, 24, 23, duskMisses},
+		{"dusk-1127", 0, 14000, 4000, 12, 27, 22, duskMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
-			if math.Abs(n.WakePreemptNs-c.preempt) > 1 || n.AppWakePathNs == nil || math.Abs(*n.AppWakePathNs-c.appOn) > 1 {
-				t.Errorf("wake preempt %.0f ns, application CPU wake-up on the path %v; want %.0f and %.0f from the file", n.WakePreemptNs, n.AppWakePathNs, c.preempt, c.appOn)
+			if math.Abs(n.WakePreemptTracedNs-c.preempt) > 1 || n.AppWakePathNs == nil || math.Abs(*n.AppWakePathNs-c.appOn) > 1 {
+				t.Errorf("wake preempt %.0f ns traced, application CPU wake-up on the path %v; want %.0f and %.0f from the file", n.WakePreemptTracedNs, n.AppWakePathNs, c.preempt, c.appOn)
+			}
+			if n.WakePreemptNs <= 0 || n.WakePreemptNs > n.WakePreemptTracedNs+1 {
+				t.Errorf("wake preempt %.0f ns after the tracer's correction, want in (0, %.0f]", n.WakePreemptNs, n.WakePreemptTracedNs)
 			}
 			// only slow-1127's and eve-1127's idle vanilla counted the
 			// IPIs of the race's slow state (the earlier runs counted none)
@@ -890,9 +889,34 @@ func TestWakePreemptFromWakeRace(t *testing.T) {
 		if err := n.UseWakeRace(p); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if n.WakePreemptNs != c.want {
-			t.Errorf("%s: wake preempt %.0f ns, want %.0f", c.name, n.WakePreemptNs, c.want)
+		if n.WakePreemptNs != c.want || n.WakePreemptTracedNs != c.want {
+			t.Errorf("%s: wake preempt %.0f ns (traced %.0f), want %.0f", c.name, n.WakePreemptNs, n.WakePreemptTracedNs, c.want)
 		}
+	}
+}
+
+// TestPreemptFittedToCalibration: the echo server's preempting wake-up,
+// traced, is scaled down until the model's calibration case has its
+// measured p50 (late-1127: 15 us traced, the model's p50 50 us at that
+// cost against 43 measured), and left as traced where the model's p50 at
+// full cost is already below the measured one (night-1127: -12%).
+func TestPreemptFittedToCalibration(t *testing.T) {
+	n, m := calibrateDay(t, "late-1127")
+	if n.WakePreemptNs >= n.WakePreemptTracedNs || n.WakePreemptNs <= 0 {
+		t.Fatalf("late-1127: wake preempt %.0f ns of %.0f traced, want a cost scaled down", n.WakePreemptNs, n.WakePreemptTracedNs)
+	}
+	c := Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: 100e3, Flows: 1}
+	p, err := n.Predict(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, _ := m.Find(c)
+	if d := p.P50Us - mc.P50Us.Median; math.Abs(d) > 1.5 {
+		t.Errorf("late-1127: the calibration case's p50 %.1f us, measured %.1f: want it fitted within 1.5 us", p.P50Us, mc.P50Us.Median)
+	}
+	n, _ = calibrateDay(t, "night-1127")
+	if n.WakePreemptNs != n.WakePreemptTracedNs {
+		t.Errorf("night-1127: wake preempt %.0f ns, want the traced %.0f (the model's p50 is below the measured one at full cost)", n.WakePreemptNs, n.WakePreemptTracedNs)
 	}
 }
 

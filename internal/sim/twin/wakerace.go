@@ -148,6 +148,7 @@ func (n *Node) useWakePreempt(f *WakeRaceFile) {
 		return
 	}
 	n.WakePreemptNs = d * 1e3
+	n.WakePreemptTracedNs = n.WakePreemptNs
 	n.Notes = append(n.Notes, fmt.Sprintf("the echo server's wake-up preempting a thread on the application CPU: %.0f ns more to its reply (%s: %.0f us with the IPI, %.0f without; %d%% of %d requests)",
 		n.WakePreemptNs, l.Load, echo(l.IPISegmentsUs), echo(l.NoIPISegmentsUs), 100*l.IPIRequests/max(1, l.Requests), l.Requests))
 }
