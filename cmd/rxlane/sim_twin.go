@@ -72,7 +72,8 @@ wake-up that finds it there preempts it too; when the idle vanilla case
 of --calib counted 0.3 or more application-CPU IPIs per request (the
 prober's wake-up race's slow state on a VM), its slow wake-up (the
 file's slow_echo_runs_us minus found_idle_echo_runs_us) stays with idle
-vanilla and leaves the offpath. Nothing is fitted to any other case
+vanilla and leaves the offpath, taken out of each repetition that counted
+0.3 or more when the report has every repetition's count. Nothing is fitted to any other case
 (docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim

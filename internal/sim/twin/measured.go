@@ -32,6 +32,13 @@ type MeasuredCase struct {
 	// AppIPIsPerReq: the application CPU's IPIs per request (the bench's
 	// app_ipis_per_req; idle, it tells the prober's wake-up race's state).
 	AppIPIsPerReq *Spread `json:"app_ipis_per_req,omitempty"`
+	// RaceReps: each repetition's p50, p99 and application-CPU IPIs per
+	// request, when every repetition counted its IPIs (each one's state
+	// in the race; the calibration takes the slow state's wake-up out of
+	// each slow repetition before the median: a median across the states
+	// can be a repetition between them, 2026-11-27 21:00: idle vanilla's
+	// five at 30, 30, 36, 44 and 45 us).
+	RaceReps []RaceRep `json:"race_reps,omitempty"`
 	// SkippedPPS: background the generator skipped (the bench's
 	// bg_skipped_pps; not a goal, shown beside the twin's skipped_pps).
 	SkippedPPS *Spread `json:"skipped_pps,omitempty"`
@@ -65,6 +72,13 @@ type Measured struct {
 	AppCPU int `json:"app_cpu,omitempty"`
 }
 
+// RaceRep is one repetition's round trip and its race state's witness.
+type RaceRep struct {
+	P50Us         float64 `json:"p50_us"`
+	P99Us         float64 `json:"p99_us"`
+	AppIPIsPerReq float64 `json:"app_ipis_per_req"`
+}
+
 // MeasuredFormat marks the twin's own measured-file format.
 const MeasuredFormat = "rxlane-twin-measured/1"
 
@@ -95,7 +109,12 @@ type benchReport struct {
 		Reps           []struct {
 			BgSentPPS float64 `json:"bg_sent_pps"`
 			RxUsPerBg float64 `json:"rx_cpu_us_per_bg_pkt"`
-			CPUs      []struct {
+			Latency   struct {
+				P50 float64 `json:"p50_us"`
+				P99 float64 `json:"p99_us"`
+			} `json:"latency"`
+			AppIPIsPerReq *float64 `json:"app_ipis_per_req"`
+			CPUs          []struct {
 				CPU       int      `json:"cpu"`
 				BusyPct   float64  `json:"busy_pct"`
 				NetRxPerS *float64 `json:"net_rx_per_sec"` // nil in reports older than the field
@@ -174,6 +193,9 @@ func LoadMeasured(path string) (*Measured, error) {
 			if rate > 0 {
 				mc.RxUsPerPktReps = append(mc.RxUsPerPktReps, r.RxUsPerBg)
 			}
+			if r.AppIPIsPerReq != nil {
+				mc.RaceReps = append(mc.RaceReps, RaceRep{P50Us: r.Latency.P50, P99Us: r.Latency.P99, AppIPIsPerReq: *r.AppIPIsPerReq})
+			}
 			for _, u := range r.CPUs {
 				switch u.CPU {
 				case m.AppCPU:
@@ -189,6 +211,9 @@ func LoadMeasured(path string) (*Measured, error) {
 			}
 		}
 		mc.AppBusyPct, mc.RxSoftirqsPerS, mc.RxIdleEntriesPerS = spreadIfAny(app), spreadIfAny(netRx), spreadIfAny(idleIn)
+		if len(mc.RaceReps) != len(c.Reps) {
+			mc.RaceReps = nil
+		}
 		m.Cases = append(m.Cases, mc)
 	}
 	return m, m.check(path)
@@ -415,16 +440,22 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		}
 		// the idle vanilla case in the race's slow state (its IPIs per
 		// request): its round trip holds the slow wake-up, which the
-		// other cases do not wait for (see IdleSlowUs)
+		// other cases do not wait for (see IdleSlowUs); with each
+		// repetition's state, the wake-up comes out of each slow one
+		// before the median (fastIdleRTT)
 		var slow float64
 		if ipis := idle.AppIPIsPerReq; ipis != nil && ipis.Median >= raceSlowIPIs && n.raceSlowUs > 0 {
 			slow = n.raceSlowUs
 		}
-		n.BaseRTTUs = round1(idle.P50Us.Median - p50 - slow)
-		n.BaseRTTP99Us = round1(math.Max(n.BaseRTTUs, idle.P99Us.Median-p99-slow))
+		m50, m99, which := idle.P50Us.Median-slow, idle.P99Us.Median-slow, "the idle vanilla case's"
+		if f50, f99, ok := fastIdleRTT(idle.RaceReps, n.raceSlowUs); ok {
+			m50, m99, which = f50, f99, fmt.Sprintf("the idle vanilla case's repetitions, %.1f us (the race's slow wake-up) out of each in the slow state (0.3 or more application-CPU IPIs per request),", n.raceSlowUs)
+		}
+		n.BaseRTTUs = round1(m50 - p50)
+		n.BaseRTTP99Us = round1(math.Max(n.BaseRTTUs, m99-p99))
 		n.OffpathFromIdle = true
-		baseNote = fmt.Sprintf("round trip outside the receive path: lognormal, p50 %.1f us, p99 %.1f us: the idle vanilla case's measured p50 %.1f and p99 %.1f us minus the model's receive latency %.1f and %.1f us (%s)",
-			n.BaseRTTUs, n.BaseRTTP99Us, idle.P50Us.Median, idle.P99Us.Median, p50, p99, src.Source)
+		baseNote = fmt.Sprintf("round trip outside the receive path: lognormal, p50 %.1f us, p99 %.1f us: %s measured p50 %.1f and p99 %.1f us minus the model's receive latency %.1f and %.1f us (%s)",
+			n.BaseRTTUs, n.BaseRTTP99Us, which, m50, m99, p50, p99, src.Source)
 		if slow > 0 {
 			n.IdleSlowUs = slow
 			baseNote += fmt.Sprintf(", minus %.1f us: that case ran in the prober's race's slow state (%.2f application-CPU IPIs per request, %.2f or more is the slow state), whose echo server waits that much longer for its wake-up (wake-race); only idle vanilla waits it in the model", slow, idle.AppIPIsPerReq.Median, raceSlowIPIs)
@@ -478,6 +509,24 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		}
 	}
 	return n, nil
+}
+
+// fastIdleRTT is the median p50 and p99 of the idle repetitions with
+// the race's slow wake-up (slowUs) taken out of each one in the slow
+// state; ok is false without per-repetition states or a slow wake-up.
+func fastIdleRTT(reps []RaceRep, slowUs float64) (p50, p99 float64, ok bool) {
+	if len(reps) == 0 || slowUs <= 0 {
+		return 0, 0, false
+	}
+	var v50, v99 []float64
+	for _, r := range reps {
+		d := 0.0
+		if r.AppIPIsPerReq >= raceSlowIPIs {
+			d = slowUs
+		}
+		v50, v99 = append(v50, r.P50Us-d), append(v99, r.P99Us-d)
+	}
+	return spreadOf(v50).Median, spreadOf(v99).Median, true
 }
 
 // fitPreempt corrects the echo server's preempting wake-up

@@ -384,13 +384,19 @@ var nightMisses = []string{
 // above the measured ones (its wake-race file has the echo server's
 // preempting wake-up at 15 us traced, against 10-13 on the other days);
 // corrected for the tracer (8.6 us: fitPreempt) they are met. The queue
-// lane's 300k p50 and p99 are half the measured ones.
+// lane's 300k p50 and p99 are half the measured ones. Its one idle
+// vanilla repetition in the race's slow state (p99 slow too) counts
+// without the slow wake-up since the offpath takes it out of each
+// repetition (fastIdleRTT): the model's vanilla and queue lane at 150k
+// then differ by 0.3 us in p50 the other way round (46.1 measured for
+// the queue lane, 43.3 for vanilla).
 var lateMisses = []string{
 	"latency vanilla 150k p99_us",
 	"latency lanes-sync 150k p99_us",
 	"latency lanes-queue 300k p50_us",
 	"latency lanes-queue 300k p99_us",
 	"rank latency 150k p50_us vanilla vs lanes-sync",
+	"rank latency 150k p50_us vanilla vs lanes-queue",
 	"rank latency 150k p99_us vanilla vs lanes-queue",
 	"rank latency 300k delivered_pps vanilla vs lanes-queue",
 	"rank latency 150k p50_us lanes-sync vs lanes-queue",
@@ -425,6 +431,24 @@ var duskMisses = []string{
 	"rank latency 100k p99_us lanes-sync vs lanes-queue",
 }
 
+// darkMisses: the run at 20:59 UTC, out of sample for the tracer's
+// correction of the echo server's preempting wake-up (left as traced
+// here: the model's calibration p50 is below the measured one) and the
+// wake-race's fix. Its idle vanilla repetitions were two in the race's
+// fast state (30, 30 us), one between (36, 0.50 IPIs a request) and two
+// in the slow one (44, 45): their median, the one between, less the
+// slow wake-up left the offpath 7 us short (22 goals, every lane's idle
+// and 100k p50 low); taken out of each slow repetition (fastIdleRTT),
+// 25. The queue lane saturated the receive CPU at 300k (96% busy, 275
+// of 300 kpps, p50 925 us); the model's, at 100% busy, delivers 300
+// with a p50 of 255.
+var darkMisses = []string{
+	"latency lanes-queue 150k p50_us",
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 300k p50_us vanilla vs lanes-sync",
+}
+
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency lanes-queue idle p50_us",
@@ -445,7 +469,8 @@ var allRaw2Misses = []string{
 // allraw-1127 and allraw2-1127; at 10:05, 10:58 and 11:22 on a fresh VM,
 // ipis-1127, slow-1127 and oos-1127, at 13:35, pm-1127, and at 16:03,
 // eve-1127, at 18:06, 18:20 and 18:33, night-1127, late-1127 and
-// close-1127, and at 20:16, dusk-1127, whose compare runs count the
+// close-1127, and at 20:16 and 20:59, dusk-1127 and dark-1127, whose
+// compare runs count the
 // application CPU's IPIs per request: trace, bench compare, micro-benchmarks and
 // wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
@@ -497,12 +522,14 @@ func TestRawAgentsRuns(t *testing.T) {
 		// IPIs per request)
 		{"night-1127", 500, 11000, 12000, 9, 23, 18, nightMisses},
 		// the run after it (18:20 UTC), out of sample for the same
-		{"late-1127", 1000, 15000, 14000, 0, 24, 19, lateMisses},
+		{"late-1127", 1000, 15000, 14000, 0, 24, 18, lateMisses},
 		// and the one after it (18:33 UTC); vanilla's idle in the race's
 		// slow state
 		{"close-1127", 8000, 13000, 3000, 9, 26, 17, closeMisses},
 		// the first run analysed by the fixed wake-race (20:16 UTC)
 		{"dusk-1127", 0, 14000, 4000, 12, 27, 22, duskMisses},
+		// the run after it (20:59 UTC), out of sample for both
+		{"dark-1127", 0, 15000, 12000, 10, 25, 22, darkMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
@@ -892,6 +919,32 @@ func TestWakePreemptFromWakeRace(t *testing.T) {
 		if n.WakePreemptNs != c.want || n.WakePreemptTracedNs != c.want {
 			t.Errorf("%s: wake preempt %.0f ns (traced %.0f), want %.0f", c.name, n.WakePreemptNs, n.WakePreemptTracedNs, c.want)
 		}
+	}
+}
+
+// TestFastIdleRTT: the offpath's idle round trip is the median over the
+// repetitions with the race's slow wake-up taken out of each slow one
+// (dark-1127's idle vanilla: 30 and 30 us fast, 36 between, 44 and 45
+// slow), not the median repetition less the wake-up (36 - 13 = 23).
+func TestFastIdleRTT(t *testing.T) {
+	reps := []RaceRep{{30.4, 55, 0.14}, {29.5, 53, 0.14}, {36.0, 60, 0.50}, {44.8, 58, 0.73}, {43.9, 57, 0.72}}
+	p50, p99, ok := fastIdleRTT(reps, 13)
+	if !ok || p50 != 30.4 || p99 != 47 {
+		t.Errorf("p50 %.1f, p99 %.1f (%v), want 30.4 and 47 (55, 53, 47, 45, 44)", p50, p99, ok)
+	}
+	if _, _, ok := fastIdleRTT(reps, 0); ok {
+		t.Error("no slow wake-up measured: want the case's own medians (ok false)")
+	}
+	if _, _, ok := fastIdleRTT(nil, 13); ok {
+		t.Error("no repetitions' states: want the case's own medians (ok false)")
+	}
+	m, err := LoadMeasured(filepath.Join(testdata, "dark-1127", "compare.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, _ := m.Find(Case{Bench: BenchLatency, Mode: ModeVanilla, Flows: 1})
+	if len(idle.RaceReps) != 5 || idle.RaceReps[2].AppIPIsPerReq < 0.49 || idle.RaceReps[2].AppIPIsPerReq > 0.51 {
+		t.Errorf("dark-1127's idle vanilla repetitions %v: want 5, the third at 0.50 IPIs per request", idle.RaceReps)
 	}
 }
 
