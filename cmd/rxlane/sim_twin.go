@@ -64,17 +64,18 @@ for is on its path, the rest is CPU time paid before the CPU idles again;
 when the file splits the requests by whether the echo server's wake-up
 sent a reschedule IPI, the application CPU's wake-up is split the same
 way and the echo server's wake-up preempts a running generator or sink
-at the measured cost, scaled down (never up) until the calibration case's
-p50 is the measured one (the trace stretches the IPI's path); when it has the prober's send path at the
-calibration load (probe_after_us), the prober keeps the application CPU
+at the measured cost, scaled down (never up) until the calibration
+case's p50 is the measured one (the trace stretches the IPI's path); when
+it has the prober's send path at the calibration load (probe_after_us),
+the prober keeps the application CPU
 that long after each request in the loaded cases, and the echo server's
 wake-up that finds it there preempts it too; when the idle vanilla case
 of --calib counted 0.3 or more application-CPU IPIs per request (the
 prober's wake-up race's slow state on a VM), its slow wake-up (the
 file's slow_echo_runs_us minus found_idle_echo_runs_us) stays with idle
 vanilla and leaves the offpath, taken out of each repetition that counted
-0.3 or more when the report has every repetition's count. Nothing is fitted to any other case
-(docs/sim.md, "The twin").
+0.3 or more when the report has every repetition's count. Nothing is
+fitted to any other case (docs/sim.md, "The twin").
 
 Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
 run', seed 1); with --predict, what the bench would measure in it: p50

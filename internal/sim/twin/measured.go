@@ -448,15 +448,21 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 			slow = n.raceSlowUs
 		}
 		m50, m99, which := idle.P50Us.Median-slow, idle.P99Us.Median-slow, "the idle vanilla case's"
+		perRep := false
 		if f50, f99, ok := fastIdleRTT(idle.RaceReps, n.raceSlowUs); ok {
-			m50, m99, which = f50, f99, fmt.Sprintf("the idle vanilla case's repetitions, %.1f us (the race's slow wake-up) out of each in the slow state (0.3 or more application-CPU IPIs per request),", n.raceSlowUs)
+			m50, m99, perRep = f50, f99, true
+			which = fmt.Sprintf("the idle vanilla case's repetitions, %.1f us (the race's slow wake-up) out of each in the slow state (0.3 or more application-CPU IPIs per request),", n.raceSlowUs)
 		}
 		n.BaseRTTUs = round1(m50 - p50)
 		n.BaseRTTP99Us = round1(math.Max(n.BaseRTTUs, m99-p99))
 		n.OffpathFromIdle = true
 		baseNote = fmt.Sprintf("round trip outside the receive path: lognormal, p50 %.1f us, p99 %.1f us: %s measured p50 %.1f and p99 %.1f us minus the model's receive latency %.1f and %.1f us (%s)",
 			n.BaseRTTUs, n.BaseRTTP99Us, which, m50, m99, p50, p99, src.Source)
-		if slow > 0 {
+		switch {
+		case slow > 0 && perRep:
+			n.IdleSlowUs = slow
+			baseNote += fmt.Sprintf("; its median repetition ran in the slow state (%.2f IPIs per request): only idle vanilla waits the slow wake-up in the model", idle.AppIPIsPerReq.Median)
+		case slow > 0:
 			n.IdleSlowUs = slow
 			baseNote += fmt.Sprintf(", minus %.1f us: that case ran in the prober's race's slow state (%.2f application-CPU IPIs per request, %.2f or more is the slow state), whose echo server waits that much longer for its wake-up (wake-race); only idle vanilla waits it in the model", slow, idle.AppIPIsPerReq.Median, raceSlowIPIs)
 		}
