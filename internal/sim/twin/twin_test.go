@@ -449,6 +449,22 @@ var darkMisses = []string{
 	"rank latency 300k p50_us vanilla vs lanes-sync",
 }
 
+// lastMisses: the run at 21:52 UTC, out of sample for every change of
+// that evening (the wake-race's fix, fitPreempt, fastIdleRTT; the
+// preempting wake-up stays as traced, 13 us: the model's calibration
+// p50 is 43 us against 44). Every goal but the queue lane's at 300k is
+// met: it ran near saturation (96% busy, 291 of 300 kpps, p50 186 us,
+// range 134-863), the model's at 94% busy with a p50 of 89, below
+// vanilla's (96; measured 95, range 42-101).
+var lastMisses = []string{
+	"latency lanes-queue 300k p50_us",
+	"latency lanes-queue 300k p99_us",
+	"rank latency 300k p50_us vanilla vs lanes-sync",
+	"rank latency 300k p50_us vanilla vs lanes-queue",
+	"rank latency 100k p99_us lanes-sync vs lanes-queue",
+	"rank latency 150k p99_us lanes-sync vs lanes-queue",
+}
+
 var allRaw2Misses = []string{
 	"latency lanes-sync idle p50_us",
 	"latency lanes-queue idle p50_us",
@@ -469,8 +485,8 @@ var allRaw2Misses = []string{
 // allraw-1127 and allraw2-1127; at 10:05, 10:58 and 11:22 on a fresh VM,
 // ipis-1127, slow-1127 and oos-1127, at 13:35, pm-1127, and at 16:03,
 // eve-1127, at 18:06, 18:20 and 18:33, night-1127, late-1127 and
-// close-1127, and at 20:16 and 20:59, dusk-1127 and dark-1127, whose
-// compare runs count the
+// close-1127, and at 20:16, 20:59 and 21:52, dusk-1127, dark-1127 and
+// last-1127, whose compare runs count the
 // application CPU's IPIs per request: trace, bench compare, micro-benchmarks and
 // wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
@@ -530,6 +546,8 @@ func TestRawAgentsRuns(t *testing.T) {
 		{"dusk-1127", 0, 14000, 4000, 12, 27, 22, duskMisses},
 		// the run after it (20:59 UTC), out of sample for both
 		{"dark-1127", 0, 15000, 12000, 10, 25, 22, darkMisses},
+		// and the last that evening (21:52 UTC), out of sample for all
+		{"last-1127", 0, 13000, 11000, 0, 26, 19, lastMisses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := validateDay(t, c.name, c.wakePath, c.misses, c.goals, c.ranks)
