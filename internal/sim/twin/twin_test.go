@@ -437,9 +437,9 @@ var duskMisses = []string{
 // wake-race's fix. Its idle vanilla repetitions were two in the race's
 // fast state (30, 30 us), one between (36, 0.50 IPIs a request) and two
 // in the slow one (44, 45): their median, the one between, less the
-// slow wake-up left the offpath 4.3 us short (22 goals, every lane's idle
-// and 100k p50 low); taken out of each slow repetition (fastIdleRTT),
-// 25. The queue lane saturated the receive CPU at 300k (96% busy, 275
+// slow wake-up left the offpath 4.3 us short (22 goals: the lanes'
+// idle p50s and the sync lane's 100k and 150k p50s low); taken out of
+// each slow repetition (fastIdleRTT), 25. The queue lane saturated the receive CPU at 300k (96% busy, 275
 // of 300 kpps, p50 925 us); the model's, at 100% busy, delivers 300
 // with a p50 of 255.
 var darkMisses = []string{
