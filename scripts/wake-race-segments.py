@@ -106,7 +106,7 @@ for label, sel in (('all', lambda r: True), ('IPI', lambda r: r['ipi']), ('no IP
         print('  %-10s %5d ' % (label, len(rs)) + ' '.join('%7s' % seg(rs, a, b, '%.1f') for _, a, b in SEGS))
 KEYS = ['a_wire', 'rx_cpu', 'wake', 'echo_runs', 'echo_sends', 'reply', 'probe_runs', 'total']
 def medians(rs):
-    return {k: seg(rs, a, b) for k, (_, a, b) in zip(KEYS, SEGS) if seg(rs, a, b) is not None}
+    return {k: v for k, (_, a, b) in zip(KEYS, SEGS) if (v := seg(rs, a, b)) is not None}
 ipi = [r for r in done if r['ipi']]
 found = {k: sum(r['found'] == k for r in done) / max(1, len(done)) for k in ('idle', 'nice-20', 'nice0', 'other')}
 print('  at the echo wake-up the application CPU ran: ' + ', '.join('%s %.0f%%' % (k, 100 * v) for k, v in found.items()))

@@ -410,20 +410,15 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		// its time per packet is fitted (bisection) to give the measured
 		// busy time at the application CPU's case's rate in the model
 		n.AppWakeNs = n.WakeNs
-		lo, hi := 0.0, 2*n.AppNsPerPkt
-		for i := 0; i < 14; i++ {
-			n.AppNsPerPkt = (lo + hi) / 2
+		x, err := bisect(0, 2*n.AppNsPerPkt, 14, func(x float64) (bool, error) {
+			n.AppNsPerPkt = x
 			p, err := n.predict(Case{Bench: BenchLatency, Mode: ModeVanilla, RatePPS: appRate, Flows: 1}, s)
-			if err != nil {
-				return nil, err
-			}
-			if p.AppBusyPct > appBusy {
-				hi = n.AppNsPerPkt
-			} else {
-				lo = n.AppNsPerPkt
-			}
+			return p.AppBusyPct > appBusy, err
+		})
+		if err != nil {
+			return nil, err
 		}
-		n.AppNsPerPkt = round1((lo + hi) / 2)
+		n.AppNsPerPkt = round1(x)
 		appFitNote = fmt.Sprintf("; in the model with the CPU's wake-ups (%.0f ns each, the receive CPU's), %.0f ns per packet gives that busy time: generator %.0f ns per packet sent, sink %.0f per packet read, threads run to parity within a %.0f us slice",
 			n.AppWakeNs, n.AppNsPerPkt, n.GenShare*n.AppNsPerPkt, (1-n.GenShare)*n.AppNsPerPkt, n.AppSliceUs)
 	}
@@ -458,12 +453,13 @@ func CalibrateWith(tracePath string, calib []*Measured, rate float64, ex Extras)
 		n.OffpathFromIdle = true
 		baseNote = fmt.Sprintf("round trip outside the receive path: lognormal, p50 %.1f us, p99 %.1f us: %s measured p50 %.1f and p99 %.1f us minus the model's receive latency %.1f and %.1f us (%s)",
 			n.BaseRTTUs, n.BaseRTTP99Us, which, m50, m99, p50, p99, src.Source)
+		if slow > 0 {
+			n.IdleSlowUs = slow
+		}
 		switch {
 		case slow > 0 && perRep:
-			n.IdleSlowUs = slow
 			baseNote += fmt.Sprintf("; its median repetition ran in the slow state (%.2f IPIs per request): only idle vanilla waits the slow wake-up in the model", idle.AppIPIsPerReq.Median)
 		case slow > 0:
-			n.IdleSlowUs = slow
 			baseNote += fmt.Sprintf(", minus %.1f us: that case ran in the prober's race's slow state (%.2f application-CPU IPIs per request, %.2f or more is the slow state), whose echo server waits that much longer for its wake-up (wake-race); only idle vanilla waits it in the model", slow, idle.AppIPIsPerReq.Median, raceSlowIPIs)
 		}
 	} else {
@@ -561,22 +557,35 @@ func (n *Node) fitPreempt(c Case, p50 float64) error {
 		n.Notes = append(n.Notes, fmt.Sprintf("the echo server's preempting wake-up as traced: %.0f ns (the model's calibration case p50 %.1f us, measured %.1f)", traced, full, p50))
 		return nil
 	}
-	lo, hi := 0.0, 1.0
-	for i := 0; i < 6; i++ {
+	f, err := bisect(0, 1, 6, func(f float64) (bool, error) {
+		v, err := at(f)
+		return v > p50, err
+	})
+	if err != nil {
+		return err
+	}
+	n.WakePreemptNs = round1(f * traced)
+	n.Notes = append(n.Notes, fmt.Sprintf("the echo server's preempting wake-up: %.0f ns, the traced %.0f x %.2f, which gives the calibration case its measured p50 %.1f us (%.1f at the traced cost: the tracer's events stretch the IPI's path)", n.WakePreemptNs, traced, f, p50, full))
+	return nil
+}
+
+// bisect narrows [lo, hi] steps times on a model figure that grows with
+// x: above(x) sets x in the node, runs the model and says whether the
+// figure is above its target. It returns the final interval's middle.
+func bisect(lo, hi float64, steps int, above func(x float64) (bool, error)) (float64, error) {
+	for i := 0; i < steps; i++ {
 		mid := (lo + hi) / 2
-		v, err := at(mid)
+		up, err := above(mid)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if v > p50 {
+		if up {
 			hi = mid
 		} else {
 			lo = mid
 		}
 	}
-	n.WakePreemptNs = round1((lo + hi) / 2 * traced)
-	n.Notes = append(n.Notes, fmt.Sprintf("the echo server's preempting wake-up: %.0f ns, the traced %.0f x %.2f, which gives the calibration case its measured p50 %.1f us (%.1f at the traced cost: the tracer's events stretch the IPI's path)", n.WakePreemptNs, traced, (lo+hi)/2, p50, full))
-	return nil
+	return (lo + hi) / 2, nil
 }
 
 // laneExtraUs is a lane's extra receive-CPU time per background packet
