@@ -499,8 +499,8 @@ var allRaw2Misses = []string{
 // allraw-1127 and allraw2-1127; at 10:05, 10:58 and 11:22 on a fresh VM,
 // ipis-1127, slow-1127 and oos-1127, at 13:35, pm-1127, and at 16:03,
 // eve-1127, at 18:06, 18:20 and 18:33, night-1127, late-1127 and
-// close-1127, and at 20:16, 20:59 and 21:52, dusk-1127, dark-1127 and
-// last-1127, whose compare runs count the
+// close-1127, at 20:16, 20:59 and 21:52, dusk-1127, dark-1127 and
+// last-1127, and at 23:50, mid-1127, whose compare runs count the
 // application CPU's IPIs per request: trace, bench compare, micro-benchmarks and
 // wake-race from one run each). Their
 // wake-race files split the requests by the IPI, so the echo server's
