@@ -81,7 +81,9 @@ Without --predict it prints the scenario of one case (YAML, for 'rxlane sim
 run', seed 1); with --predict, what the bench would measure in it: p50
 and p99 round trip, background delivered, receive and application CPU
 busy, each the median of 5 runs of the model (seeds 1-5), as the bench
-reports the median of its repetitions.
+reports the median of its repetitions; and where the model's request
+spent its time in the receive path, stage by stage (JSON:
+request_stages), to set beside 'rxlane trace napi's per-device delays.
 --measured FILE (a bench compare/latency JSON, or the twin's measured
 format, docs/sim.md) puts the measurement beside it with the error; without
 --mode and --rate every case of FILE is predicted and checked against
@@ -237,6 +239,7 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 	}
 	writeNode(cmd, node)
 	twin.WriteTable(out, []twin.Row{row})
+	twin.WriteRequestStages(out, p)
 	return nil
 }
 

@@ -193,6 +193,20 @@ func rateName(r float64) string {
 	return fmt.Sprintf("%.0fk", r/1e3)
 }
 
+// WriteRequestStages prints where the model's request spent its time in
+// the receive path (p.RequestStages), one line, for a single prediction;
+// nothing for a case without a request (throughput).
+func WriteRequestStages(w io.Writer, p Prediction) {
+	if len(p.RequestStages) == 0 {
+		return
+	}
+	parts := make([]string, len(p.RequestStages))
+	for i, st := range p.RequestStages {
+		parts[i] = fmt.Sprintf("%s %.1f / %.1f / %.1f", st.Stage, st.MeanUs, st.P50Us, st.P99Us)
+	}
+	fmt.Fprintf(w, "the request's receive path in the model, us per stage (mean / p50 / p99; the round trip outside it is not in them): %s\n", strings.Join(parts, ", "))
+}
+
 // WriteTable prints rows as a table: prediction | measured median
 // (range) | error, per statistic.
 func WriteTable(w io.Writer, rows []Row) {

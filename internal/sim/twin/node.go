@@ -190,9 +190,25 @@ type Prediction struct {
 	RxWakesPerS float64 `json:"rx_wakes_per_s,omitempty"`
 	// HighLost: high-priority requests dropped in the model.
 	HighLost int64 `json:"high_lost,omitempty"`
+	// RequestStages: where the model's request spent its time in the
+	// receive path, stage by stage (the wait for the stage plus its
+	// processing; "socket" is the wait for the echo server to read it),
+	// to set beside a trace's per-device delays (`rxlane trace napi`).
+	// Its own round trip outside the receive path (the offpath) is not
+	// in them.
+	RequestStages []StageTime `json:"request_stages,omitempty"`
 	// SteeredFraction: the share of the window the closed loop held the
 	// steered placement (steer modes).
 	SteeredFraction *float64 `json:"steered_fraction,omitempty"`
+}
+
+// StageTime is the model's time in one stage of the request's path (us,
+// from entering the stage's queue to the end of its processing).
+type StageTime struct {
+	Stage  string  `json:"stage"`
+	MeanUs float64 `json:"mean_us"`
+	P50Us  float64 `json:"p50_us"`
+	P99Us  float64 `json:"p99_us"`
 }
 
 // nicRingSize: a NIC node's Rx ring (a common driver default; the
@@ -528,6 +544,7 @@ func medianPrediction(ps []Prediction) Prediction {
 	med(func(p *Prediction) *float64 { return &p.SkippedPPS })
 	med(func(p *Prediction) *float64 { return &p.RxSoftirqsPerS })
 	med(func(p *Prediction) *float64 { return &p.RxWakesPerS })
+	out.RequestStages = medianStages(ps)
 	out.HighLost = 0
 	var sf []float64
 	for _, p := range ps {
@@ -539,6 +556,23 @@ func medianPrediction(ps []Prediction) Prediction {
 	if len(sf) > 0 {
 		f := spreadOf(sf).Median
 		out.SteeredFraction = &f
+	}
+	return out
+}
+
+// medianStages is each request stage's median over the runs (the stages
+// in the first run's order; every run of a case has the same path).
+func medianStages(ps []Prediction) []StageTime {
+	var out []StageTime
+	for i, st := range ps[0].RequestStages {
+		var mean, p50, p99 []float64
+		for _, p := range ps {
+			if i < len(p.RequestStages) && p.RequestStages[i].Stage == st.Stage {
+				q := p.RequestStages[i]
+				mean, p50, p99 = append(mean, q.MeanUs), append(p50, q.P50Us), append(p99, q.P99Us)
+			}
+		}
+		out = append(out, StageTime{Stage: st.Stage, MeanUs: spreadOf(mean).Median, P50Us: spreadOf(p50).Median, P99Us: spreadOf(p99).Median})
 	}
 	return out
 }
@@ -586,6 +620,11 @@ func (n *Node) predictRun(c Case, sc *sim.Scenario) Prediction {
 	if r.Loop != nil {
 		f := r.Loop.SteeredFraction
 		p.SteeredFraction = &f
+	}
+	for _, d := range r.StageDel {
+		if d.Lane == "high" {
+			p.RequestStages = append(p.RequestStages, StageTime{Stage: d.Stage, MeanUs: d.Mean, P50Us: d.P50, P99Us: d.P99})
+		}
 	}
 	return p
 }

@@ -1167,3 +1167,35 @@ func TestPacerAtLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestStagesFollowThePath: a prediction says where the model's
+// request spent its time, stage by stage along its mode's path: vanilla
+// through gro_cells and the backlog, the sync lane from the wire into the
+// container's veth, the queue lane through its own ring; the socket's
+// wait for the echo server last.
+func TestRequestStagesFollowThePath(t *testing.T) {
+	n, _ := calibrated(t)
+	for _, c := range []struct {
+		mode string
+		want []string
+	}{
+		{ModeVanilla, []string{"wire", "vxlan", "veth", "socket"}},
+		{ModeLanesSync, []string{"wire", "veth", "socket"}},
+		{ModeLanesQueue, []string{"wire", "lane", "socket"}},
+	} {
+		p, err := n.Predict(Case{Bench: BenchLatency, Mode: c.mode, RatePPS: 150e3, Flows: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, st := range p.RequestStages {
+			got = append(got, st.Stage)
+			if st.MeanUs <= 0 || st.P50Us > st.P99Us {
+				t.Errorf("%s: stage %+v: want a positive mean and p50 <= p99", c.mode, st)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: the request's stages %v, want %v", c.mode, got, c.want)
+		}
+	}
+}
