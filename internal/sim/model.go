@@ -182,8 +182,9 @@ func (t *thread) hasWork() bool {
 }
 
 // inBatch says whether one of the thread's senders is in the middle of a
-// batch: one sendmmsg, which a woken thread cannot preempt on a
-// PREEMPT_NONE kernel (the switch waits for the return to user space).
+// batch, which a woken thread does not split in the model. The kernel's
+// sendmmsg does reschedule between datagrams (cond_resched); the rule
+// keeps the model's batches whole (docs/sim.md, "Not inside a batch").
 func (t *thread) inBatch() bool {
 	for _, s := range t.senders {
 		if s.left > 0 {

@@ -276,8 +276,9 @@ type AppSpec struct {
 	// scripts/wake-race) before the thread reads the packet, and the
 	// thread runs next, whatever the running thread's slice
 	// (kernel.thread_slice_us), once a sender in the middle of a batch
-	// has sent it (one sendmmsg; on a PREEMPT_NONE kernel the switch
-	// waits for its return). 0: no IPI, the thread waits its turn.
+	// has sent it (a modelling rule: the kernel's sendmmsg reschedules
+	// between datagrams; docs/sim.md, "Not inside a batch"). 0: no IPI,
+	// the thread waits its turn.
 	PreemptIPINs float64 `yaml:"preempt_ipi_ns,omitempty" json:"preempt_ipi_ns,omitempty"`
 }
 

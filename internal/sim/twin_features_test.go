@@ -397,8 +397,8 @@ func TestThreadWakeLatency(t *testing.T) {
 }
 
 // TestPreemptWaitsForBatch: a preempting thread's wake-up does not split
-// a sender's batch (one sendmmsg: on a PREEMPT_NONE kernel the switch
-// waits for its return). gen sends a batch of 4, each packet after 3 us
+// a sender's batch (the model's rule; the kernel's sendmmsg reschedules
+// between datagrams: docs/sim.md, "Not inside a batch"). gen sends a batch of 4, each packet after 3 us
 // of its CPU (3, 6, 9, 12 us); srv's request (wire 4-5 us on CPU 1)
 // arrives during the batch: srv runs after it, 12-18 (its 5 us IPI and
 // 1 us read), 14 us after the request. Between batches it would have run
