@@ -713,6 +713,31 @@ func (st *State) mainGone() bool {
 	return st.replaced(st.Netns)
 }
 
+// stale reports whether the namespace at ns, in which a change marked m
+// was made, is no longer there: gone, or another namespace at its path (a
+// container restarted). The change went with it, and whatever sits at
+// the path now is someone else's: disable does not undo the change
+// there, park does not take it back, unpark does not make it again.
+func (st *State) stale(ns string, m NsMark) bool {
+	return (ns == st.Netns && st.mainGone()) || m.replaced(ns)
+}
+
+// liveRPS is the rps_cpus changes whose namespace is not stale.
+func (st *State) liveRPS() []RPSChange {
+	return slices.DeleteFunc(slices.Clone(st.RPS), func(c RPSChange) bool { return st.stale(c.Netns, c.NsMark) })
+}
+
+// stageMark is the mark enable recorded with the rps_cpus of stage s's
+// device (none for an older state: not checked).
+func (st *State) stageMark(s Stage) NsMark {
+	for _, c := range st.RPS {
+		if c.Netns == s.Netns && c.Dev == s.Device {
+			return c.NsMark
+		}
+	}
+	return NsMark{}
+}
+
 func disable(st *State) error {
 	var errs []error
 	// A namespace that is gone took its devices, their rps_cpus, filters
@@ -741,7 +766,7 @@ func disable(st *State) error {
 		}
 	}
 	disableStep("rps")
-	errs = append(errs, restoreRPS(slices.DeleteFunc(slices.Clone(st.RPS), func(c RPSChange) bool { return inMain(c.Netns) || c.replaced(c.Netns) })))
+	errs = append(errs, restoreRPS(st.liveRPS()))
 	if m != nil {
 		disableStep("native")
 		errs = append(errs, enterNative(m, DrainTimeout))

@@ -173,7 +173,9 @@ func (p *parking) hold() error {
 		}
 		return prog, nil
 	}
-	if fs := p.st.FirstStage; fs != nil && fs.XDPProgID != 0 && p.xdp == nil {
+	// A stale namespace's programs may have gone with it (the filter was
+	// their last reference): neither held nor attached again.
+	if fs := p.st.FirstStage; fs != nil && fs.XDPProgID != 0 && p.xdp == nil && !p.st.mainGone() {
 		prog, err := open(fs.XDPProgID)
 		if err != nil {
 			return err
@@ -184,7 +186,7 @@ func (p *parking) hold() error {
 		p.tc = map[int]*ebpf.Program{}
 	}
 	for i, a := range p.st.Attachments {
-		if a.Prog == 0 || p.tc[i] != nil {
+		if a.Prog == 0 || p.tc[i] != nil || p.st.stale(attachmentNetns(p.st, a), a.NsMark) {
 			continue
 		}
 		prog, err := open(a.Prog)
@@ -213,7 +215,7 @@ func (p *parking) park(drain time.Duration) error {
 	}
 	var errs []error
 	if !parkSkip["rps"] {
-		errs = append(errs, restoreRPS(p.st.RPS))
+		errs = append(errs, restoreRPS(p.st.liveRPS()))
 	}
 	// Native before parked (direct packets skip RPS, native ones meet
 	// the node's own rps_cpus: restored first, they take the same CPUs).
@@ -225,10 +227,11 @@ func (p *parking) park(drain time.Duration) error {
 	if !parkSkip["flag"] {
 		errs = append(errs, setFlag(p.m, flagParked, true))
 	}
-	if fs := p.st.FirstStage; fs != nil && fs.XDPProgID != 0 && !parkSkip["xdp"] {
+	if fs := p.st.FirstStage; fs != nil && p.xdp != nil && !parkSkip["xdp"] {
 		errs = append(errs, detachXDP(p.st.Netns, fs.Device, fs.XDPProgID))
 	}
-	// Every filter goes, the done hooks too (see the top of the file).
+	// Every filter goes, the done hooks too (see the top of the file);
+	// only held programs' (hold skips a stale namespace's).
 	for i, a := range p.st.Attachments {
 		if p.tc[i] != nil && !(parkSkip["filters"] || parkSkip["done"] && a.Done || parkSkip["stages"] && !a.Done) {
 			err := inNetnsSysfs(attachmentNetns(p.st, a), func() error { return a.filter().Remove(a.Device) })
@@ -281,6 +284,9 @@ func (p *parking) unpark() error {
 	}
 	mask := CPUMask(p.st.CPUs)
 	for _, s := range p.st.Stages {
+		if p.st.stale(s.Netns, p.st.stageMark(s)) {
+			continue
+		}
 		if err := setRPS(s.Netns, s.Device, mask, func(RPSChange) error { return nil }); err != nil {
 			return err
 		}

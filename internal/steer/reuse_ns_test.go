@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/rxlane/rxlane/internal/journal"
+	"github.com/rxlane/rxlane/internal/nodes"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -181,5 +184,102 @@ func TestChangeInReplacedNamespace(t *testing.T) {
 	})
 	if err != nil {
 		t.Error(err)
+	}
+}
+
+// TestParkInReplacedNamespace: the closed loop parks and unparks a
+// datapath whose changes reach into a container's namespace (the done
+// hook, the veth stage's rps_cpus). When that namespace is replaced
+// while steering runs (the container restarted: another namespace at
+// the same path, with a device of the same name), park must not restore
+// the recorded rps_cpus over the new one's, and unpark must not attach a
+// filter or write rps_cpus there: disable skips a replaced namespace, so
+// such a change would be left behind.
+func TestParkInReplacedNamespace(t *testing.T) {
+	tb := testbedtest.Up(t, testbedtest.Config(t))
+	nsB, nsC := tb.NS(testbed.HostB), tb.NS(testbed.CtrB)
+	// hostB but what goes with the container's namespace: the veth's
+	// host end, and with it a port of the bridge (its features).
+	hostB := func() string {
+		return fmt.Sprint(slices.DeleteFunc(snapshotLines(t, nsB), func(l string) bool {
+			return strings.HasPrefix(l, testbed.VhB+" ") || strings.Contains(l, "/"+testbed.VhB+"/") || strings.HasPrefix(l, testbed.BrB+" features")
+		}))
+	}
+	before := hostB()
+	state := filepath.Join(t.TempDir(), "steer.json")
+	st, err := Enable(Options{Netns: nsB, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85,
+		Hysteresis: 0.1, StateFile: state, StartOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Disable(state) })
+	var devs []string // the devices steering changed in ctrB
+	for _, a := range st.Attachments {
+		if attachmentNetns(st, a) == nsC {
+			devs = append(devs, a.Device)
+		}
+	}
+	for _, c := range st.RPS {
+		if c.Netns == nsC {
+			devs = append(devs, c.Dev)
+		}
+	}
+	if len(devs) == 0 {
+		t.Fatalf("enable changed nothing in ctrB (%+v): the test needs a change there", st)
+	}
+	// The container restarts: its namespace is replaced by another one
+	// at the same path, whose devices have the same names, set up by
+	// someone else (rps_cpus 2).
+	if err := nodes.DeleteNetns(filepath.Join(nodes.RunNetnsDir, nsC)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes.NewNetns(nodes.RunNetnsDir, nsC); err != nil {
+		t.Fatal(err)
+	}
+	err = testbed.DoSysfsNamed(nsC, func() error {
+		for _, d := range devs {
+			if _, err := netlink.LinkByName(d); err == nil {
+				continue
+			}
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: d}, PeerName: d + "p"}); err != nil {
+				return err
+			}
+			if err := os.WriteFile("/sys/class/net/"+d+"/queues/rx-0/rps_cpus", []byte("2\n"), 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := snapshotNS(t, nsC)
+	m, err := openMaps(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pk := &parking{stateFile: state, st: st, m: m}
+	defer pk.close()
+	if err := pk.park(DrainTimeout); err != nil {
+		t.Fatalf("park: %v", err)
+	}
+	if got := snapshotNS(t, nsC); got != theirs {
+		t.Errorf("park changed the replaced namespace:\nbefore %s\nafter  %s", theirs, got)
+	}
+	if err := pk.unpark(); err != nil {
+		t.Fatalf("unpark: %v", err)
+	}
+	if got := snapshotNS(t, nsC); got != theirs {
+		t.Errorf("unpark changed the replaced namespace:\nbefore %s\nafter  %s", theirs, got)
+	}
+	if err := Disable(state); err != nil {
+		t.Fatalf("disable: %v", err)
+	}
+	if got := snapshotNS(t, nsC); got != theirs {
+		t.Errorf("after disable, the replaced namespace is changed:\nbefore %s\nafter  %s", theirs, got)
+	}
+	if after := hostB(); after != before {
+		t.Errorf("disable left hostB changed:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -33,6 +33,12 @@ func snapshot(t *testing.T, tb testbed.Config, n testbed.Node) string {
 // snapshotNS is snapshot for any named namespace.
 func snapshotNS(t *testing.T, ns string) string {
 	t.Helper()
+	return fmt.Sprint(snapshotLines(t, ns))
+}
+
+// snapshotLines is snapshotNS's lines, sorted.
+func snapshotLines(t *testing.T, ns string) []string {
+	t.Helper()
 	var out []string
 	err := testbed.DoSysfsNamed(ns, func() error {
 		qs, _ := filepath.Glob("/sys/class/net/*/queues/rx-*/rps_cpus")
@@ -69,7 +75,7 @@ func snapshotNS(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	sort.Strings(out)
-	return fmt.Sprint(out)
+	return out
 }
 
 // ifreqData is struct ifreq with ifr_data, for SIOCETHTOOL.
