@@ -25,6 +25,7 @@ type simTwinFlags struct {
 	predict   bool
 	nic       bool
 	measured  string
+	repeat    string
 	asJSON    bool
 }
 
@@ -88,7 +89,11 @@ request_stages), to set beside 'rxlane trace napi's per-device delays.
 format, docs/sim.md) puts the measurement beside it with the error; without
 --mode and --rate every case of FILE is predicted and checked against
 issue 23's goals (p50 and delivered within 15%, p99 within 30%, or inside
-the measured range; rankings). Beside them, not goals: the generator's
+the measured range; rankings). --repeat OTHER checks another run of the
+bench against FILE the same way (its medians as the predictions): on a
+machine whose runs differ from one another, that is as well as any model
+can do, so the two scores side by side say whether the model's misses are
+the model's or the machine's. Beside them, not goals: the generator's
 skipped rate and the receive CPU's NET_RX softirqs a second (the bench
 reads /proc/softirqs; the wire's kthread raises one per poll that passes
 packets on, so the count tells whether the generator's batches of 16
@@ -107,6 +112,7 @@ Examples:
   rxlane sim twin trace.json.gz --calib calib.json --predict --mode lanes-sync --rate 300k
   rxlane sim twin trace.json.gz --calib calib.json --mode vanilla --rate 150k > node.yaml
   rxlane sim twin trace.json.gz --calib calib.json --measured compare.json --json
+  rxlane sim twin trace.json.gz --calib calib.json --measured compare.json --repeat earlier-compare.json
   rxlane sim twin trace.json.gz --calib calib.json --predict --nic --cpus 8 --mode lanes-sync --rate 300k --flows 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -128,6 +134,7 @@ Examples:
 	fl.BoolVar(&f.nic, "nic", false, "PREDICTION for a node with a NIC (latency bench): RSS over every CPU but the application CPU, 1024-entry rings, generator off the node; --rate and --flows are per receive CPU; latency is the receive path only")
 	fl.BoolVar(&f.predict, "predict", false, "run the case and print the prediction instead of the scenario")
 	fl.StringVar(&f.measured, "measured", "", "measured bench results to put beside the prediction (implies --predict)")
+	fl.StringVar(&f.repeat, "repeat", "", "another run of the bench (a file as --measured takes): its medians are checked against --measured as the model's predictions are, the goals' ceiling (how well measuring again would do)")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -172,6 +179,17 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		}
 		meas = m
 	}
+	var again *twin.Measured
+	if f.repeat != "" {
+		if meas == nil || f.mode != "" || f.rate != "" {
+			return usagef("sim twin: --repeat needs --measured and no --mode or --rate (it is checked against every measured case)")
+		}
+		m, err := twin.LoadMeasured(f.repeat)
+		if err != nil {
+			return wrap(fmt.Errorf("--repeat: %w", err))
+		}
+		again = m
+	}
 	node, err := twin.CalibrateWith(trace, ms, calibRate, twin.Extras{Pacer: f.pacer, PacerAt: f.pacerAt, Stalls: f.stalls, WakeRace: f.wakeRace})
 	if err != nil {
 		return wrap(err)
@@ -182,6 +200,9 @@ func runSimTwin(cmd *cobra.Command, f simTwinFlags, trace string) error {
 		v, err := twin.Validate(node, meas)
 		if err != nil {
 			return wrap(err)
+		}
+		if again != nil {
+			v.Repeat = v.RepeatBy(again).Score(f.repeat)
 		}
 		if f.asJSON {
 			return writeJSON(out, v)

@@ -31,6 +31,9 @@ func TestSimTwinUsageErrors(t *testing.T) {
 		{twinArgs("--pacer", "nope.json"), "read pacer file"},
 		{twinArgs("--stalls", twinData+"pacelat-150k.json"), "is not a 'spingap --json' report"},
 		{twinArgs("--pacer", twinData+"measured-docs.json"), "is not a 'pacelat --json' report"},
+		{twinArgs("--repeat", twinData+"measured-docs.json"), "--repeat needs --measured"},
+		{twinArgs("--measured", twinData+"measured-docs.json", "--mode", "vanilla", "--repeat", twinData+"measured-docs.json"), "--repeat needs --measured and no --mode"},
+		{twinArgs("--measured", twinData+"measured-docs.json", "--repeat", "nope.json"), "--repeat: twin: read measured file"},
 	} {
 		out, err := run(tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -122,5 +125,39 @@ func TestSimTwinPredictBesideMeasured(t *testing.T) {
 	}
 	if len(got.Row.Checks) != 2 || got.Row.Checks[0].Stat != "p50_us" || got.Row.Checks[0].Median != 50 || got.Row.Prediction.P50Us <= 0 {
 		t.Fatalf("%+v", got.Row)
+	}
+}
+
+// TestSimTwinRepeat: --repeat checks another run against --measured as the
+// model is checked; a run against itself meets every goal, and JSON
+// carries the score.
+func TestSimTwinRepeat(t *testing.T) {
+	d := twinData + "late-1127/"
+	args := []string{"sim", "twin", d + "trace.json.gz", "--calib", d + "compare.json", "--calib-rate", "100k",
+		"--pacer", d + "pacelat-100000.json", "--stalls", d + "spingap-rx.json", "--wake-race", d + "wake-race.json",
+		"--measured", d + "compare.json", "--repeat", d + "compare.json", "--json"}
+	out, err := run(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Repeat *struct {
+			Source  string `json:"source"`
+			Goals   int    `json:"goals_met"`
+			Checked int    `json:"goals_checked"`
+		} `json:"repeat"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r := v.Repeat; r == nil || r.Source != d+"compare.json" || r.Checked != 28 || r.Goals != 28 {
+		t.Fatalf("the run against itself: %+v, want 28 of 28 goals", v.Repeat)
+	}
+	out, err = run(args[:len(args)-1]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "the bench against itself: "+d+"compare.json's medians, checked the same way, meet 28 of 28 goals") {
+		t.Errorf("text output lacks the repeat's score:\n%s", out)
 	}
 }

@@ -74,9 +74,66 @@ type Rank struct {
 
 // Validation is the result of predicting every case of a measured file.
 type Validation struct {
-	Node  *Node  `json:"node"`
+	Node  *Node  `json:"node,omitempty"`
 	Rows  []Row  `json:"rows"`
 	Ranks []Rank `json:"ranks"`
+	// Repeat: another run of the bench checked against the same
+	// measurement as the model is (Validation.RepeatBy), when given.
+	Repeat *RepeatScore `json:"repeat,omitempty"`
+}
+
+// RepeatScore is how well another run of the bench "predicts" a
+// measurement: its medians checked against it by the same goals and
+// rankings as the model's predictions, over the cases both runs have.
+// It is the goals' ceiling on a machine whose runs differ: a model that
+// meets as many goals as a repeat of the bench is as good as measuring
+// again (docs/sim.md, "The bench against itself").
+type RepeatScore struct {
+	Source  string `json:"source"`
+	Goals   int    `json:"goals_met"`
+	Checked int    `json:"goals_checked"`
+	Ranks   int    `json:"rankings_met"`
+	Ranked  int    `json:"rankings_checked"`
+	// Misses: the repeat's, as Validation.Misses words them.
+	Misses []string `json:"misses,omitempty"`
+}
+
+// RepeatBy checks another run of the bench, by, against v's measurement as
+// v checks the model: by's median of each case is its prediction, and
+// v's calibration cases stay out of the goals. A case by lacks is left
+// out (Checked and Ranked count what was compared).
+func (v *Validation) RepeatBy(by *Measured) *Validation {
+	r := &Validation{}
+	for _, row := range v.Rows {
+		if row.Measured == nil {
+			continue
+		}
+		bc, ok := by.Find(row.Prediction.Case)
+		if !ok {
+			continue
+		}
+		p := Prediction{Case: row.Prediction.Case}
+		if bc.P50Us != nil {
+			p.P50Us = bc.P50Us.Median
+		}
+		if bc.P99Us != nil {
+			p.P99Us = bc.P99Us.Median
+		}
+		if bc.DeliveredPPS != nil {
+			p.DeliveredPPS = bc.DeliveredPPS.Median
+		}
+		rr := Beside(p, row.Measured)
+		rr.Calibration = row.Calibration
+		r.Rows = append(r.Rows, rr)
+	}
+	r.Ranks = ranks(r.Rows)
+	return r
+}
+
+// Score is v's goals and rankings as a RepeatScore.
+func (v *Validation) Score(source string) *RepeatScore {
+	g, c, k := v.Met()
+	return &RepeatScore{Source: source, Goals: g, Checked: c, Ranks: k, Ranked: len(v.Ranks), Misses: v.Misses()}
 }
 
 // Validate predicts every case of m on node n and checks the goals.
@@ -316,5 +373,12 @@ func (v *Validation) WriteValidation(w io.Writer) {
 	fmt.Fprintf(w, "\nerror goals met: %d of %d; rankings met: %d of %d\n", met, all, rmet, len(v.Ranks))
 	if m := v.Misses(); len(m) > 0 {
 		fmt.Fprintf(w, "misses:\n  %s\n", strings.Join(m, "\n  "))
+	}
+	if r := v.Repeat; r != nil {
+		fmt.Fprintf(w, "\nthe bench against itself: %s's medians, checked the same way, meet %d of %d goals and %d of %d rankings (the model: %d of %d and %d of %d)\n",
+			r.Source, r.Goals, r.Checked, r.Ranks, r.Ranked, met, all, rmet, len(v.Ranks))
+		if len(r.Misses) > 0 {
+			fmt.Fprintf(w, "its misses:\n  %s\n", strings.Join(r.Misses, "\n  "))
+		}
 	}
 }
