@@ -785,7 +785,12 @@ func disable(st *State) error {
 			continue
 		}
 		if a.replaced(attachmentNetns(st, a)) {
-			continue // its clsact marker is pruned by the next attach there
+			// The clsact went with the namespace; its marker (that
+			// namespace's, by its cookie) goes now.
+			if a.CreatedClsact && a.NetnsIno != 0 {
+				tcattach.ForgetNetns(a.NetnsIno, a.NetnsCookie, []string{a.Device})
+			}
+			continue
 		}
 		err := inNetnsSysfs(attachmentNetns(st, a), func() error { return detach(a) })
 		if err != nil && !errors.Is(err, errNoNetns) {

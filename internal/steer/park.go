@@ -227,12 +227,15 @@ func (p *parking) park(drain time.Duration) error {
 	if !parkSkip["flag"] {
 		errs = append(errs, setFlag(p.m, flagParked, true))
 	}
-	if fs := p.st.FirstStage; fs != nil && p.xdp != nil && !parkSkip["xdp"] {
+	if fs := p.st.FirstStage; fs != nil && p.xdp != nil && !p.st.mainGone() && !parkSkip["xdp"] {
 		errs = append(errs, detachXDP(p.st.Netns, fs.Device, fs.XDPProgID))
 	}
-	// Every filter goes, the done hooks too (see the top of the file);
-	// only held programs' (hold skips a stale namespace's).
+	// Every filter goes, the done hooks too (see the top of the file),
+	// but in a stale namespace: a filter there is someone else's.
 	for i, a := range p.st.Attachments {
+		if p.st.stale(attachmentNetns(p.st, a), a.NsMark) {
+			continue
+		}
 		if p.tc[i] != nil && !(parkSkip["filters"] || parkSkip["done"] && a.Done || parkSkip["stages"] && !a.Done) {
 			err := inNetnsSysfs(attachmentNetns(p.st, a), func() error { return a.filter().Remove(a.Device) })
 			if err != nil && !errors.Is(err, errNoNetns) {
@@ -253,14 +256,16 @@ func (p *parking) unpark() error {
 		return err
 	}
 	// The filters and XDP first: parked, their programs return at once.
+	// Not in a stale namespace (a container restarted while parked):
+	// disable would not remove them there.
 	for i, a := range p.st.Attachments {
-		if prog := p.tc[i]; prog != nil {
+		if prog := p.tc[i]; prog != nil && !p.st.stale(attachmentNetns(p.st, a), a.NsMark) {
 			if err := p.reattach(i, a, prog); err != nil {
 				return err
 			}
 		}
 	}
-	if fs := p.st.FirstStage; fs != nil && p.xdp != nil && !parkSkip["xdp"] {
+	if fs := p.st.FirstStage; fs != nil && p.xdp != nil && !p.st.mainGone() && !parkSkip["xdp"] {
 		if err := attachXDP(p.st.Netns, fs.Device, p.xdp.FD()); err != nil {
 			return err
 		}

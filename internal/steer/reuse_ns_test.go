@@ -12,6 +12,7 @@ import (
 
 	"github.com/rxlane/rxlane/internal/journal"
 	"github.com/rxlane/rxlane/internal/nodes"
+	"github.com/rxlane/rxlane/internal/tcattach"
 	"github.com/rxlane/rxlane/internal/testbed"
 	"github.com/rxlane/rxlane/internal/testbed/testbedtest"
 )
@@ -192,51 +193,114 @@ func TestChangeInReplacedNamespace(t *testing.T) {
 // hook, the veth stage's rps_cpus). When that namespace is replaced
 // while steering runs (the container restarted: another namespace at
 // the same path, with a device of the same name), park must not restore
-// the recorded rps_cpus over the new one's, and unpark must not attach a
-// filter or write rps_cpus there: disable skips a replaced namespace, so
-// such a change would be left behind.
+// the recorded rps_cpus over the new one's nor remove a filter there,
+// and unpark must not attach a filter or write rps_cpus there: disable
+// skips a replaced namespace, so such a change would be left behind.
+// Replaced before a follower parks, the done hook's program went with
+// the old namespace (park must not fail for it); replaced while parked,
+// the follower still holds that program (unpark must not attach it).
 func TestParkInReplacedNamespace(t *testing.T) {
-	tb := testbedtest.Up(t, testbedtest.Config(t))
-	nsB, nsC := tb.NS(testbed.HostB), tb.NS(testbed.CtrB)
-	// hostB but what goes with the container's namespace: the veth's
-	// host end, and with it a port of the bridge (its features).
-	hostB := func() string {
-		return fmt.Sprint(slices.DeleteFunc(snapshotLines(t, nsB), func(l string) bool {
-			return strings.HasPrefix(l, testbed.VhB+" ") || strings.Contains(l, "/"+testbed.VhB+"/") || strings.HasPrefix(l, testbed.BrB+" features")
-		}))
+	for _, whileParked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("while-parked=%v", whileParked), func(t *testing.T) {
+			tb := testbedtest.Up(t, testbedtest.Config(t))
+			nsB, nsC := tb.NS(testbed.HostB), tb.NS(testbed.CtrB)
+			// hostB but what goes with the container's namespace: the
+			// veth's host end, and with it a port of the bridge (its
+			// features).
+			hostB := func() string {
+				return fmt.Sprint(slices.DeleteFunc(snapshotLines(t, nsB), func(l string) bool {
+					return strings.HasPrefix(l, testbed.VhB+" ") || strings.Contains(l, "/"+testbed.VhB+"/") || strings.HasPrefix(l, testbed.BrB+" features")
+				}))
+			}
+			before := hostB()
+			state := filepath.Join(t.TempDir(), "steer.json")
+			st, err := Enable(Options{Netns: nsB, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85,
+				Hysteresis: 0.1, StateFile: state, StartOff: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { Disable(state) })
+			m, err := openMaps(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			pk := &parking{stateFile: state, st: st, m: m}
+			defer pk.close()
+			if whileParked {
+				if err := pk.park(DrainTimeout); err != nil {
+					t.Fatalf("park: %v", err)
+				}
+			}
+			var oldIno uint64 // ctrB's, where the done hook's clsact was added
+			for _, a := range st.Attachments {
+				if a.Done && a.CreatedClsact {
+					oldIno = a.NetnsIno
+				}
+			}
+			theirs := replaceNetns(t, st, nsC)
+			unchanged := func(after string) {
+				t.Helper()
+				if got := snapshotNS(t, nsC); got != theirs {
+					t.Errorf("%s changed the replaced namespace:\nbefore %s\nafter  %s", after, theirs, got)
+				}
+			}
+			if !whileParked {
+				if err := pk.park(DrainTimeout); err != nil {
+					t.Fatalf("park: %v", err)
+				}
+				unchanged("park")
+			}
+			if err := pk.unpark(); err != nil {
+				t.Fatalf("unpark: %v", err)
+			}
+			unchanged("unpark")
+			if err := pk.park(DrainTimeout); err != nil {
+				t.Fatalf("park again: %v", err)
+			}
+			unchanged("a second park")
+			if err := Disable(state); err != nil {
+				t.Fatalf("disable: %v", err)
+			}
+			unchanged("disable")
+			// the clsact went with the old namespace: so does its marker
+			if ms, _ := filepath.Glob(filepath.Join(tcattach.MarkerDir, fmt.Sprintf("%d-*", oldIno))); oldIno == 0 || len(ms) != 0 {
+				t.Errorf("markers %v of the replaced namespace (inode %d) left after disable", ms, oldIno)
+			}
+			if after := hostB(); after != before {
+				t.Errorf("disable left hostB changed:\nbefore %s\nafter  %s", before, after)
+			}
+		})
 	}
-	before := hostB()
-	state := filepath.Join(t.TempDir(), "steer.json")
-	st, err := Enable(Options{Netns: nsB, CPUs: []int{0, 1}, Threshold: 0.85, AvgThreshold: 0.85,
-		Hysteresis: 0.1, StateFile: state, StartOff: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { Disable(state) })
-	var devs []string // the devices steering changed in ctrB
+}
+
+// replaceNetns replaces the namespace ns (a container restarted): it is
+// deleted and another one made at its path, with a veth of the name of
+// every device st changed there, set up by someone else (rps_cpus 2).
+// It returns the new namespace's snapshot.
+func replaceNetns(t *testing.T, st *State, ns string) string {
+	t.Helper()
+	var devs []string
 	for _, a := range st.Attachments {
-		if attachmentNetns(st, a) == nsC {
+		if attachmentNetns(st, a) == ns {
 			devs = append(devs, a.Device)
 		}
 	}
 	for _, c := range st.RPS {
-		if c.Netns == nsC {
+		if c.Netns == ns {
 			devs = append(devs, c.Dev)
 		}
 	}
 	if len(devs) == 0 {
-		t.Fatalf("enable changed nothing in ctrB (%+v): the test needs a change there", st)
+		t.Fatalf("enable changed nothing in %s (%+v): the test needs a change there", ns, st)
 	}
-	// The container restarts: its namespace is replaced by another one
-	// at the same path, whose devices have the same names, set up by
-	// someone else (rps_cpus 2).
-	if err := nodes.DeleteNetns(filepath.Join(nodes.RunNetnsDir, nsC)); err != nil {
+	if err := nodes.DeleteNetns(filepath.Join(nodes.RunNetnsDir, ns)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodes.NewNetns(nodes.RunNetnsDir, nsC); err != nil {
+	if _, err := nodes.NewNetns(nodes.RunNetnsDir, ns); err != nil {
 		t.Fatal(err)
 	}
-	err = testbed.DoSysfsNamed(nsC, func() error {
+	err := testbed.DoSysfsNamed(ns, func() error {
 		for _, d := range devs {
 			if _, err := netlink.LinkByName(d); err == nil {
 				continue
@@ -253,33 +317,5 @@ func TestParkInReplacedNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs := snapshotNS(t, nsC)
-	m, err := openMaps(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	pk := &parking{stateFile: state, st: st, m: m}
-	defer pk.close()
-	if err := pk.park(DrainTimeout); err != nil {
-		t.Fatalf("park: %v", err)
-	}
-	if got := snapshotNS(t, nsC); got != theirs {
-		t.Errorf("park changed the replaced namespace:\nbefore %s\nafter  %s", theirs, got)
-	}
-	if err := pk.unpark(); err != nil {
-		t.Fatalf("unpark: %v", err)
-	}
-	if got := snapshotNS(t, nsC); got != theirs {
-		t.Errorf("unpark changed the replaced namespace:\nbefore %s\nafter  %s", theirs, got)
-	}
-	if err := Disable(state); err != nil {
-		t.Fatalf("disable: %v", err)
-	}
-	if got := snapshotNS(t, nsC); got != theirs {
-		t.Errorf("after disable, the replaced namespace is changed:\nbefore %s\nafter  %s", theirs, got)
-	}
-	if after := hostB(); after != before {
-		t.Errorf("disable left hostB changed:\nbefore %s\nafter  %s", before, after)
-	}
+	return snapshotNS(t, ns)
 }
